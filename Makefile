@@ -1,0 +1,33 @@
+# Leasehold: `make demo` shows it working, `make test` runs every test. See README.md.
+SHELL := /bin/bash
+export LEASEHOLD_CACHE ?= $(HOME)/.cache/leasehold
+export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
+export CARGO_TERM_COLOR ?= never
+GROUND := tests/ground
+
+.PHONY: test lint unit emulators emulators-stop bench demo fmt
+
+## Everything CI runs: emulators up, formatting and lints, all tests.
+test: emulators lint
+	cargo test --workspace --all-targets --no-fail-fast
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+emulators:
+	$(GROUND)/emulators.sh start
+
+emulators-stop:
+	$(GROUND)/emulators.sh stop
+
+## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
+bench: emulators
+	cargo bench -p leasehold-worker --bench lease_store
+
+## A short live show of workers sharing shards through the lease table.
+demo: emulators
+	cargo run -q -p leasehold-worker --example lease_demo
+
+fmt:
+	cargo fmt --all

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Shared settings for the test-ground scripts: where caches and run state live.
+# Everything is kept outside the clone so reruns (and CI on the same machine) reuse it.
+set -euo pipefail
+
+LEASEHOLD_CACHE="${LEASEHOLD_CACHE:-$HOME/.cache/leasehold}"
+LEASEHOLD_STATE="${LEASEHOLD_STATE:-$LEASEHOLD_CACHE/run}"
+mkdir -p "$LEASEHOLD_CACHE" "$LEASEHOLD_STATE"
+export LEASEHOLD_CACHE LEASEHOLD_STATE
+
+log() { printf '[ground] %s\n' "$*" >&2; }
+die() { printf '[ground] error: %s\n' "$*" >&2; exit 1; }
+
+# Prints a TCP port on 127.0.0.1 that was free a moment ago.
+free_port() {
+  node -e 'const s=require("net").createServer().listen(0,"127.0.0.1",()=>{console.log(s.address().port);s.close()})'
+}
+
+# True when something accepts TCP connections on 127.0.0.1:$1.
+port_open() {
+  node -e 'const c=require("net").connect(+process.argv[1],"127.0.0.1");c.on("connect",()=>process.exit(0));c.on("error",()=>process.exit(1))' "$1"
+}
+
+# True when process $1 is alive.
+pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }

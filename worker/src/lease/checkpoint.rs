@@ -1,0 +1,88 @@
+//! Where a shard's processing has got to, as stored in the `checkpoint` attribute.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The position recorded in a lease row's `checkpoint` attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Checkpoint {
+    /// Nothing processed yet; start at the oldest record (`TRIM_HORIZON`).
+    TrimHorizon,
+    /// Nothing processed yet; start at the tip of the shard (`LATEST`).
+    Latest,
+    /// Nothing processed yet; start at the first record at or after this time (`AT_TIMESTAMP:<ms>`).
+    AtTimestamp(i64),
+    /// Every record up to and including this sequence number is processed.
+    Sequence(String),
+    /// The shard is closed and every record in it is processed (`SHARD_END`).
+    ShardEnd,
+}
+
+impl Checkpoint {
+    /// True once the shard has been read to its end.
+    pub fn is_shard_end(&self) -> bool {
+        matches!(self, Checkpoint::ShardEnd)
+    }
+}
+
+impl fmt::Display for Checkpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Checkpoint::TrimHorizon => f.write_str("TRIM_HORIZON"),
+            Checkpoint::Latest => f.write_str("LATEST"),
+            Checkpoint::AtTimestamp(ms) => write!(f, "AT_TIMESTAMP:{ms}"),
+            Checkpoint::Sequence(sequence) => f.write_str(sequence),
+            Checkpoint::ShardEnd => f.write_str("SHARD_END"),
+        }
+    }
+}
+
+/// Why a `checkpoint` attribute could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid checkpoint {0:?}: expected TRIM_HORIZON, LATEST, AT_TIMESTAMP:<ms>, SHARD_END or a sequence number")]
+pub struct InvalidCheckpoint(pub String);
+
+impl FromStr for Checkpoint {
+    type Err = InvalidCheckpoint;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        match text {
+            "TRIM_HORIZON" => Ok(Checkpoint::TrimHorizon),
+            "LATEST" => Ok(Checkpoint::Latest),
+            "SHARD_END" => Ok(Checkpoint::ShardEnd),
+            _ => {
+                if let Some(ms) = text.strip_prefix("AT_TIMESTAMP:") {
+                    return ms.parse().map(Checkpoint::AtTimestamp).map_err(|_| InvalidCheckpoint(text.into()));
+                }
+                // Kinesis sequence numbers are decimal strings of up to 128 digits.
+                let is_sequence = !text.is_empty() && text.len() <= 128 && text.bytes().all(|b| b.is_ascii_digit());
+                if is_sequence { Ok(Checkpoint::Sequence(text.into())) } else { Err(InvalidCheckpoint(text.into())) }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_round_trips() {
+        for checkpoint in [
+            Checkpoint::TrimHorizon,
+            Checkpoint::Latest,
+            Checkpoint::AtTimestamp(1_700_000_000_000),
+            Checkpoint::Sequence("49590338271490256608559692538361571095921575989136588898".into()),
+            Checkpoint::ShardEnd,
+        ] {
+            assert_eq!(checkpoint.to_string().parse::<Checkpoint>(), Ok(checkpoint));
+        }
+    }
+
+    #[test]
+    fn garbage_is_refused() {
+        for text in ["", "AT_TIMESTAMP:soon", "12a4", "latest"] {
+            assert_eq!(text.parse::<Checkpoint>(), Err(InvalidCheckpoint(text.into())));
+        }
+    }
+}

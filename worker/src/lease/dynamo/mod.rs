@@ -1,0 +1,237 @@
+//! The DynamoDB lease store: one table shared by every worker of a consumer.
+
+mod convert;
+mod errors;
+mod table;
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
+
+use super::checkpoint::Checkpoint;
+use super::error::{LeaseError, Result};
+use super::key::LeaseKey;
+use super::observer::{Observer, ensure_holder};
+use super::row::{Lease, NewLease, attr, decode, encode_new};
+use super::settings::LeaseSettings;
+use super::{LeasePage, LeaseStore, PageToken};
+use convert::{from_item, to_item};
+use errors::{Request, classify};
+pub use table::ensure_table;
+
+/// A [`LeaseStore`] over a DynamoDB table with hash key `lease_key`.
+#[derive(Debug)]
+pub struct DynamoLeaseStore {
+    client: Client,
+    table: String,
+    settings: LeaseSettings,
+    observer: Observer,
+}
+
+/// One conditional UpdateItem: what to change, on what condition, with which values.
+struct Update {
+    operation: &'static str,
+    expression: String,
+    condition: &'static str,
+    values: Vec<(&'static str, AttributeValue)>,
+}
+
+const HOLDER_CONDITION: &str = "lease_owner = :me AND lease_counter = :counter";
+
+impl DynamoLeaseStore {
+    /// A store over `table`, writing as the worker described by `settings`. The table must exist (see
+    /// [`ensure_table`]).
+    pub fn new(client: Client, table: impl Into<String>, settings: LeaseSettings) -> Self {
+        Self { client, table: table.into(), settings, observer: Observer::default() }
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    fn request<'a>(&'a self, key: Option<&'a LeaseKey>, operation: &'static str) -> Request<'a> {
+        Request { table: &self.table, key, operation }
+    }
+
+    fn key_value(key: &LeaseKey) -> AttributeValue {
+        AttributeValue::S(key.to_string())
+    }
+
+    fn holder_values(&self, held: &Lease) -> Vec<(&'static str, AttributeValue)> {
+        vec![
+            (":me", AttributeValue::S(self.settings.owner.clone())),
+            (":counter", AttributeValue::N(held.counter.to_string())),
+            (":one", AttributeValue::N("1".into())),
+        ]
+    }
+
+    async fn update(&self, key: &LeaseKey, update: Update) -> Result<Lease> {
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(key))
+            .update_expression(update.expression)
+            .condition_expression(update.condition)
+            .return_values(ReturnValue::AllNew);
+        for (name, value) in update.values {
+            request = request.expression_attribute_values(name, value);
+        }
+        let result = match request.send().await {
+            Ok(out) => {
+                let attrs = from_item(&out.attributes.unwrap_or_default());
+                decode(&attrs).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })
+            }
+            Err(e) => Err(classify(e, self.request(Some(key), update.operation))),
+        };
+        match &result {
+            Ok(lease) => self.observer.observe(lease, self.settings.clock.monotonic()),
+            // A refused or unanswered write leaves our copy stale: make the caller read again.
+            Err(_) => self.observer.forget(key),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl LeaseStore for DynamoLeaseStore {
+    fn settings(&self) -> &LeaseSettings {
+        &self.settings
+    }
+
+    async fn create_if_absent(&self, lease: &NewLease) -> Result<bool> {
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(&encode_new(lease))))
+            .condition_expression("attribute_not_exists(lease_key)")
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(true),
+            Err(e) => match classify(e, self.request(Some(&lease.key), "create")) {
+                LeaseError::ConditionFailed { .. } => Ok(false),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(key), "get")))?;
+        let Some(item) = out.item else { return Ok(None) };
+        let lease = decode(&from_item(&item)).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })?;
+        self.observer.observe(&lease, self.settings.clock.monotonic());
+        Ok(Some(lease))
+    }
+
+    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
+        let start_key =
+            start.map(|token| HashMap::from([(attr::LEASE_KEY.to_string(), AttributeValue::S(token.0.clone()))]));
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .limit(limit.max(1))
+            .set_exclusive_start_key(start_key)
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(None, "list")))?;
+        let now = self.settings.clock.monotonic();
+        let mut page = LeasePage::default();
+        for item in out.items.unwrap_or_default() {
+            match decode(&from_item(&item)) {
+                Ok(lease) => {
+                    self.observer.observe(&lease, now);
+                    page.leases.push(lease);
+                }
+                Err(malformed) => page.malformed.push(malformed),
+            }
+        }
+        page.next = out
+            .last_evaluated_key
+            .and_then(|key| key.get(attr::LEASE_KEY).and_then(|v| v.as_s().ok()).cloned())
+            .map(PageToken);
+        Ok(page)
+    }
+
+    async fn acquire(&self, seen: &Lease) -> Result<Lease> {
+        self.observer.may_acquire(seen, &self.settings)?;
+        let update = Update {
+            operation: "acquire",
+            expression: "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = lease_counter + :one".into(),
+            condition: "lease_counter = :counter",
+            values: vec![
+                (":me", AttributeValue::S(self.settings.owner.clone())),
+                (":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())),
+                (":counter", AttributeValue::N(seen.counter.to_string())),
+                (":one", AttributeValue::N("1".into())),
+            ],
+        };
+        self.update(&seen.key, update).await
+    }
+
+    async fn renew(&self, held: &Lease) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let mut values = self.holder_values(held);
+        values.push((":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())));
+        let update = Update {
+            operation: "renew",
+            expression: "SET lease_expiry = :expiry, lease_counter = lease_counter + :one".into(),
+            condition: HOLDER_CONDITION,
+            values,
+        };
+        self.update(&held.key, update).await
+    }
+
+    async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let mut values = self.holder_values(held);
+        values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
+        let update = Update {
+            operation: "checkpoint",
+            expression: "SET checkpoint = :checkpoint, lease_counter = lease_counter + :one".into(),
+            condition: HOLDER_CONDITION,
+            values,
+        };
+        self.update(&held.key, update).await
+    }
+
+    async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let mut values = self.holder_values(held);
+        let mut expression = String::from("REMOVE lease_owner, lease_expiry SET lease_counter = lease_counter + :one");
+        if let Some(checkpoint) = final_checkpoint {
+            expression.push_str(", checkpoint = :checkpoint");
+            values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
+        }
+        let update = Update { operation: "release", expression, condition: HOLDER_CONDITION, values };
+        self.update(&held.key, update).await
+    }
+
+    async fn delete(&self, seen: &Lease) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(&seen.key))
+            .condition_expression("lease_counter = :counter")
+            .expression_attribute_values(":counter", AttributeValue::N(seen.counter.to_string()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(&seen.key), "delete")))?;
+        self.observer.forget(&seen.key);
+        Ok(())
+    }
+}

@@ -1,0 +1,202 @@
+//! The in-process lease store: the default for a single instance; empty again after a restart.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+
+use super::checkpoint::Checkpoint;
+use super::error::{LeaseError, Result};
+use super::key::LeaseKey;
+use super::observer::{Observer, ensure_holder};
+use super::row::{AttrValue, Attributes, Lease, NewLease, attr, decode, encode_new, raw_key};
+use super::settings::LeaseSettings;
+use super::{LeasePage, LeaseStore, PageToken};
+
+/// An in-memory lease table. Clones share the rows, so several stores (one per simulated worker) can
+/// contend for them exactly as workers contend for a DynamoDB table.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryLeaseTable {
+    rows: Arc<Mutex<BTreeMap<String, Attributes>>>,
+}
+
+impl MemoryLeaseTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A store writing into this table as the worker described by `settings`.
+    pub fn store(&self, settings: LeaseSettings) -> MemoryLeaseStore {
+        MemoryLeaseStore { table: self.clone(), settings, observer: Observer::default() }
+    }
+
+    /// Writes a row as given, unchecked: for tests and repairs (a malformed row is kept as it is).
+    pub fn put_raw(&self, attrs: Attributes) {
+        self.rows().insert(raw_key(&attrs), attrs);
+    }
+
+    fn rows(&self) -> MutexGuard<'_, BTreeMap<String, Attributes>> {
+        // Every mutation below completes before the guard drops, so a poisoned lock holds no torn row.
+        self.rows.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A [`LeaseStore`] over a [`MemoryLeaseTable`].
+#[derive(Debug)]
+pub struct MemoryLeaseStore {
+    table: MemoryLeaseTable,
+    settings: LeaseSettings,
+    observer: Observer,
+}
+
+impl MemoryLeaseStore {
+    /// A store over a table of its own.
+    pub fn new(settings: LeaseSettings) -> Self {
+        MemoryLeaseTable::new().store(settings)
+    }
+
+    /// The table this store writes to.
+    pub fn table(&self) -> &MemoryLeaseTable {
+        &self.table
+    }
+
+    /// Applies `change` to the row, and adds one to its counter, if the row's counter is `counter` (and,
+    /// when given, its owner is `owner`) — the same condition the DynamoDB store sends.
+    fn update_if(
+        &self,
+        key: &LeaseKey,
+        operation: &'static str,
+        counter: u64,
+        owner: Option<&str>,
+        change: impl FnOnce(&mut Attributes),
+    ) -> Result<Lease> {
+        let refused = || LeaseError::ConditionFailed { key: key.clone(), operation };
+        let mut rows = self.table.rows();
+        let row = rows.get_mut(&key.to_string()).ok_or_else(refused)?;
+        // DynamoDB evaluates the condition on the stored attributes; a row that does not decode cannot
+        // satisfy `lease_counter = :counter`, so it is refused the same way.
+        let current = decode(row).map_err(|_| refused())?;
+        if current.counter != counter || owner.is_some_and(|o| current.owner.as_deref() != Some(o)) {
+            return Err(refused());
+        }
+        change(row);
+        row.insert(attr::LEASE_COUNTER.into(), AttrValue::N((counter + 1).to_string()));
+        decode(row).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })
+    }
+
+    fn after_write(&self, key: &LeaseKey, result: Result<Lease>) -> Result<Lease> {
+        match &result {
+            Ok(lease) => self.observer.observe(lease, self.settings.clock.monotonic()),
+            Err(_) => self.observer.forget(key),
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryLeaseStore {
+    fn settings(&self) -> &LeaseSettings {
+        &self.settings
+    }
+
+    async fn create_if_absent(&self, lease: &NewLease) -> Result<bool> {
+        let mut rows = self.table.rows();
+        let key = lease.key.to_string();
+        if rows.contains_key(&key) {
+            return Ok(false);
+        }
+        rows.insert(key, encode_new(lease));
+        Ok(true)
+    }
+
+    async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        let attrs = self.table.rows().get(&key.to_string()).cloned();
+        let Some(attrs) = attrs else { return Ok(None) };
+        let lease = decode(&attrs).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })?;
+        self.observer.observe(&lease, self.settings.clock.monotonic());
+        Ok(Some(lease))
+    }
+
+    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
+        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+        let rows = self.table.rows();
+        let lower = match start {
+            Some(token) => Bound::Excluded(token.0.clone()),
+            None => Bound::Unbounded,
+        };
+        let mut page = LeasePage::default();
+        let mut taken = 0;
+        let mut last = None;
+        for (key, attrs) in rows.range((lower, Bound::Unbounded)) {
+            if taken == limit {
+                page.next = last.map(PageToken);
+                break;
+            }
+            match decode(attrs) {
+                Ok(lease) => page.leases.push(lease),
+                Err(malformed) => page.malformed.push(malformed),
+            }
+            taken += 1;
+            last = Some(key.clone());
+        }
+        drop(rows);
+        let now = self.settings.clock.monotonic();
+        page.leases.iter().for_each(|lease| self.observer.observe(lease, now));
+        Ok(page)
+    }
+
+    async fn acquire(&self, seen: &Lease) -> Result<Lease> {
+        self.observer.may_acquire(seen, &self.settings)?;
+        let owner = self.settings.owner.clone();
+        let expiry = self.settings.expiry_ms();
+        let result = self.update_if(&seen.key, "acquire", seen.counter, None, |row| {
+            row.insert(attr::LEASE_OWNER.into(), AttrValue::S(owner));
+            row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
+        });
+        self.after_write(&seen.key, result)
+    }
+
+    async fn renew(&self, held: &Lease) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let expiry = self.settings.expiry_ms();
+        let result = self.update_if(&held.key, "renew", held.counter, Some(&self.settings.owner), |row| {
+            row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
+        });
+        self.after_write(&held.key, result)
+    }
+
+    async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let result = self.update_if(&held.key, "checkpoint", held.counter, Some(&self.settings.owner), |row| {
+            row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
+        });
+        self.after_write(&held.key, result)
+    }
+
+    async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let result = self.update_if(&held.key, "release", held.counter, Some(&self.settings.owner), |row| {
+            row.remove(attr::LEASE_OWNER);
+            row.remove(attr::LEASE_EXPIRY);
+            if let Some(checkpoint) = final_checkpoint {
+                row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
+            }
+        });
+        self.after_write(&held.key, result)
+    }
+
+    async fn delete(&self, seen: &Lease) -> Result<()> {
+        let mut rows = self.table.rows();
+        let key = seen.key.to_string();
+        let unchanged = rows.get(&key).and_then(|row| decode(row).ok()).is_some_and(|row| row.counter == seen.counter);
+        if !unchanged {
+            return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "delete" });
+        }
+        rows.remove(&key);
+        drop(rows);
+        self.observer.forget(&seen.key);
+        Ok(())
+    }
+}

@@ -1,0 +1,104 @@
+//! The lease protocol: one row per shard in a shared table, taken and kept with conditional writes, so
+//! every shard is processed by exactly one worker at a time (see `docs/lease-protocol.md`).
+//!
+//! [`LeaseStore`] is one worker's view of a lease table. Two implementations pass one conformance suite:
+//! [`MemoryLeaseStore`] (in-process, the default for a single instance) and [`DynamoLeaseStore`]
+//! (a DynamoDB table shared by every worker of a consumer).
+//!
+//! Expiry never depends on clocks agreeing: a worker may take another worker's lease only after it has
+//! itself watched the row's `lease_counter` stay unchanged for a whole lease duration on its own
+//! monotonic clock, and its write is conditioned on that counter.
+
+mod checkpoint;
+mod clock;
+mod dynamo;
+mod error;
+mod key;
+mod memory;
+mod observer;
+mod row;
+mod settings;
+
+use async_trait::async_trait;
+
+pub use checkpoint::{Checkpoint, InvalidCheckpoint};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use dynamo::{DynamoLeaseStore, ensure_table};
+pub use error::{LeaseError, Result};
+pub use key::LeaseKey;
+pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
+pub use row::{AttrValue, Attributes, Lease, Malformed, NewLease, attr};
+pub use settings::{LeaseSettings, unique_owner_id};
+
+/// Where a listing continues: the raw `lease_key` of the last row of the previous page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PageToken(pub String);
+
+/// One page of a table listing.
+#[derive(Debug, Clone, Default)]
+pub struct LeasePage {
+    /// Rows read as leases.
+    pub leases: Vec<Lease>,
+    /// Rows that could not be read, with their keys; callers skip and report them.
+    pub malformed: Vec<Malformed>,
+    /// Where the next page starts; `None` on the last page.
+    pub next: Option<PageToken>,
+}
+
+/// Rows read per page by [`LeaseStore::list`].
+pub const DEFAULT_PAGE_SIZE: i32 = 100;
+
+/// One worker's view of a lease table. Every write is conditional and every read strongly consistent.
+///
+/// Reads ([`get`](Self::get), [`list_page`](Self::list_page)) also record, on the worker's monotonic
+/// clock, since when each row's counter has been unchanged: that record is what lets
+/// [`acquire`](Self::acquire) judge another worker's lease expired.
+#[async_trait]
+pub trait LeaseStore: Send + Sync {
+    /// The owner id, lease duration and clock this store works with.
+    fn settings(&self) -> &LeaseSettings;
+
+    /// Creates the row of a newly discovered shard unless it exists; true when this call created it.
+    async fn create_if_absent(&self, lease: &NewLease) -> Result<bool>;
+
+    /// Reads one row; `None` when absent, [`LeaseError::Malformed`] when unreadable.
+    async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>>;
+
+    /// Reads up to `limit` rows in key order, starting after `start`.
+    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage>;
+
+    /// Takes the lease given as last read by this worker. Succeeds when that read showed no owner, or
+    /// this worker as owner, or another owner whose counter this worker has seen unchanged for a whole
+    /// lease duration; the write is conditioned on that counter. Sets owner, expiry, counter + 1.
+    async fn acquire(&self, seen: &Lease) -> Result<Lease>;
+
+    /// Extends a held lease: expiry = now + duration, counter + 1. Refused unless this worker still
+    /// holds the row at the counter of `held`.
+    async fn renew(&self, held: &Lease) -> Result<Lease>;
+
+    /// Records progress on a held lease; counter + 1. Refused unless this worker still holds the row at
+    /// the counter of `held`.
+    async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease>;
+
+    /// Gives a held lease up (owner and expiry removed, counter + 1), writing a final checkpoint in the
+    /// same write when given. Refused unless this worker still holds the row at the counter of `held`.
+    async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease>;
+
+    /// Deletes a row (cleanup of finished shards), only if it is unchanged since `seen` was read.
+    async fn delete(&self, seen: &Lease) -> Result<()>;
+
+    /// Reads the whole table, page by page.
+    async fn list(&self) -> Result<LeasePage> {
+        let mut all = LeasePage::default();
+        let mut start = None;
+        loop {
+            let page = self.list_page(start.as_ref(), DEFAULT_PAGE_SIZE).await?;
+            all.leases.extend(page.leases);
+            all.malformed.extend(page.malformed);
+            match page.next {
+                Some(next) => start = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! Judging expiry by observation: since when, on this worker's monotonic clock, each row's counter has
+//! stayed the same. Shared by both stores so both enforce the same takeover rule.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use super::error::{LeaseError, Result};
+use super::key::LeaseKey;
+use super::row::Lease;
+use super::settings::LeaseSettings;
+
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    counter: u64,
+    since: Duration,
+}
+
+/// What one worker has seen of each row's counter.
+#[derive(Debug, Default)]
+pub(crate) struct Observer {
+    seen: Mutex<HashMap<LeaseKey, Seen>>,
+}
+
+impl Observer {
+    fn seen(&self) -> std::sync::MutexGuard<'_, HashMap<LeaseKey, Seen>> {
+        // A panic while holding this lock cannot leave the map inconsistent (single inserts/removes).
+        self.seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Records a read or a successful write of `lease` at monotonic time `now`.
+    pub(crate) fn observe(&self, lease: &Lease, now: Duration) {
+        let mut seen = self.seen();
+        let entry = seen.entry(lease.key.clone()).or_insert(Seen { counter: lease.counter, since: now });
+        if entry.counter != lease.counter {
+            *entry = Seen { counter: lease.counter, since: now };
+        }
+    }
+
+    /// Forgets a row (deleted, or a write on it failed so the last copy is stale).
+    pub(crate) fn forget(&self, key: &LeaseKey) {
+        self.seen().remove(key);
+    }
+
+    /// Whether `settings.owner` may take `lease` now, judged only on this worker's observations.
+    pub(crate) fn may_acquire(&self, lease: &Lease, settings: &LeaseSettings) -> Result<()> {
+        let seen = self.seen().get(&lease.key).copied();
+        let seen = match seen {
+            Some(seen) if seen.counter == lease.counter => seen,
+            _ => return Err(LeaseError::NotObserved { key: lease.key.clone(), counter: lease.counter }),
+        };
+        let owner = match &lease.owner {
+            None => return Ok(()),
+            Some(owner) if *owner == settings.owner => return Ok(()),
+            Some(owner) => owner,
+        };
+        let unchanged_for = settings.clock.monotonic().saturating_sub(seen.since);
+        if unchanged_for >= settings.duration {
+            Ok(())
+        } else {
+            Err(LeaseError::HeldByOther {
+                key: lease.key.clone(),
+                owner: owner.clone(),
+                remaining: settings.duration - unchanged_for,
+            })
+        }
+    }
+}
+
+/// Refuses, without a round trip, a holder operation on a copy that shows another owner.
+pub(crate) fn ensure_holder(held: &Lease, settings: &LeaseSettings) -> Result<()> {
+    if held.is_held_by(&settings.owner) {
+        Ok(())
+    } else {
+        Err(LeaseError::NotOwner { key: held.key.clone(), owner: settings.owner.clone() })
+    }
+}

@@ -1,0 +1,217 @@
+//! A lease row: its attributes, and the codec between them and [`Lease`].
+//!
+//! Both stores keep rows as attribute maps ([`Attributes`]), so a malformed row is detected by the same
+//! code whichever store holds it.
+
+use std::collections::HashMap;
+
+use super::checkpoint::Checkpoint;
+use super::key::LeaseKey;
+
+/// Attribute names of a lease row; fixed, since operators read them.
+pub mod attr {
+    /// Hash key: `<stream>:<shardId>` (S).
+    pub const LEASE_KEY: &str = "lease_key";
+    /// The worker holding the lease (S); absent when the lease is free.
+    pub const LEASE_OWNER: &str = "lease_owner";
+    /// Wall-clock time the lease runs out, epoch ms (N), written by the holder; informational, since
+    /// expiry is judged by watching `lease_counter` on the reader's own monotonic clock.
+    pub const LEASE_EXPIRY: &str = "lease_expiry";
+    /// Incremented by every successful write to the row (N).
+    pub const LEASE_COUNTER: &str = "lease_counter";
+    /// Last position fully processed (S), see [`Checkpoint`](super::Checkpoint).
+    pub const CHECKPOINT: &str = "checkpoint";
+    /// Shard ids of the shard's parents (SS), absent for a shard without parents. A child is read only
+    /// after every parent has checkpoint `SHARD_END`.
+    pub const PARENT_SHARD_IDS: &str = "parent_shard_ids";
+}
+
+/// One attribute value, in the subset of DynamoDB's types a lease row uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttrValue {
+    /// A string (`S`).
+    S(String),
+    /// A number, kept as its decimal text (`N`).
+    N(String),
+    /// A string set (`SS`).
+    Ss(Vec<String>),
+    /// Any other DynamoDB type, named; never valid in a lease row.
+    Other(&'static str),
+}
+
+/// A lease row as attribute name -> value.
+pub type Attributes = HashMap<String, AttrValue>;
+
+/// The state of one lease row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Which stream and shard the row is for.
+    pub key: LeaseKey,
+    /// The worker holding it, `None` when free.
+    pub owner: Option<String>,
+    /// Wall-clock expiry the holder wrote (epoch ms); `None` when free.
+    pub expiry_ms: Option<i64>,
+    /// Incremented by every successful write.
+    pub counter: u64,
+    /// Last position fully processed.
+    pub checkpoint: Checkpoint,
+    /// The shard's parents, empty for a shard that has none.
+    pub parent_shard_ids: Vec<String>,
+}
+
+impl Lease {
+    /// True when `owner` holds this lease according to this copy of the row.
+    pub fn is_held_by(&self, owner: &str) -> bool {
+        self.owner.as_deref() == Some(owner)
+    }
+}
+
+/// A row to create for a newly discovered shard.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewLease {
+    /// Which stream and shard the row is for.
+    pub key: LeaseKey,
+    /// Where processing starts.
+    pub checkpoint: Checkpoint,
+    /// The shard's parents, empty for a shard that has none.
+    pub parent_shard_ids: Vec<String>,
+}
+
+/// Why a row could not be read as a [`Lease`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Malformed {
+    /// The row's `lease_key` as stored (possibly not a valid key).
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+fn string(attrs: &Attributes, name: &str) -> Result<Option<String>, String> {
+    match attrs.get(name) {
+        None => Ok(None),
+        Some(AttrValue::S(s)) => Ok(Some(s.clone())),
+        Some(other) => Err(format!("{name} must be a string, found {}", type_name(other))),
+    }
+}
+
+fn number<T: std::str::FromStr>(attrs: &Attributes, name: &str) -> Result<Option<T>, String> {
+    match attrs.get(name) {
+        None => Ok(None),
+        Some(AttrValue::N(n)) => n.parse().map(Some).map_err(|_| format!("{name} = {n} is out of range")),
+        Some(other) => Err(format!("{name} must be a number, found {}", type_name(other))),
+    }
+}
+
+fn type_name(value: &AttrValue) -> &'static str {
+    match value {
+        AttrValue::S(_) => "S",
+        AttrValue::N(_) => "N",
+        AttrValue::Ss(_) => "SS",
+        AttrValue::Other(name) => name,
+    }
+}
+
+/// The row's `lease_key` as text, for reporting a row that may be malformed.
+pub fn raw_key(attrs: &Attributes) -> String {
+    match attrs.get(attr::LEASE_KEY) {
+        Some(AttrValue::S(s)) => s.clone(),
+        Some(other) => format!("<{} lease_key>", type_name(other)),
+        None => "<missing lease_key>".into(),
+    }
+}
+
+/// Reads a row; a row missing a required attribute or holding a wrong type is [`Malformed`].
+pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
+    let malformed = |reason: String| Malformed { key: raw_key(attrs), reason };
+    let key_text =
+        string(attrs, attr::LEASE_KEY).map_err(malformed)?.ok_or_else(|| malformed("lease_key is missing".into()))?;
+    let key = LeaseKey::parse(&key_text)
+        .ok_or_else(|| malformed(format!("lease_key {key_text:?} is not <stream>:<shardId>")))?;
+    let owner = string(attrs, attr::LEASE_OWNER).map_err(malformed)?;
+    let expiry_ms = number(attrs, attr::LEASE_EXPIRY).map_err(malformed)?;
+    let counter = number(attrs, attr::LEASE_COUNTER)
+        .map_err(malformed)?
+        .ok_or_else(|| malformed("lease_counter is missing".into()))?;
+    let checkpoint = string(attrs, attr::CHECKPOINT)
+        .map_err(malformed)?
+        .ok_or_else(|| malformed("checkpoint is missing".into()))?
+        .parse::<Checkpoint>()
+        .map_err(|e| malformed(e.to_string()))?;
+    let parent_shard_ids = match attrs.get(attr::PARENT_SHARD_IDS) {
+        None => Vec::new(),
+        Some(AttrValue::Ss(ids)) => ids.clone(),
+        Some(other) => {
+            return Err(malformed(format!("parent_shard_ids must be a string set, found {}", type_name(other))));
+        }
+    };
+    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids })
+}
+
+/// The attributes of a freshly created row (counter 0, no owner).
+pub fn encode_new(lease: &NewLease) -> Attributes {
+    let mut attrs = Attributes::new();
+    attrs.insert(attr::LEASE_KEY.into(), AttrValue::S(lease.key.to_string()));
+    attrs.insert(attr::LEASE_COUNTER.into(), AttrValue::N("0".into()));
+    attrs.insert(attr::CHECKPOINT.into(), AttrValue::S(lease.checkpoint.to_string()));
+    if !lease.parent_shard_ids.is_empty() {
+        attrs.insert(attr::PARENT_SHARD_IDS.into(), AttrValue::Ss(lease.parent_shard_ids.clone()));
+    }
+    attrs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(pairs: &[(&str, AttrValue)]) -> Attributes {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+    }
+
+    #[test]
+    fn new_row_decodes_to_a_free_lease() {
+        let new = NewLease {
+            key: LeaseKey::new("s", "shardId-000000000002"),
+            checkpoint: Checkpoint::TrimHorizon,
+            parent_shard_ids: vec!["shardId-000000000000".into()],
+        };
+        let lease = decode(&encode_new(&new)).expect("valid row");
+        assert_eq!(lease.key, new.key);
+        assert_eq!((lease.owner, lease.expiry_ms, lease.counter), (None, None, 0));
+        assert_eq!(lease.parent_shard_ids, new.parent_shard_ids);
+    }
+
+    #[test]
+    fn wrong_types_and_missing_attributes_are_malformed_with_their_key() {
+        let cases = [
+            (
+                row(&[("lease_key", AttrValue::S("s:0".into())), ("checkpoint", AttrValue::S("LATEST".into()))]),
+                "lease_counter is missing",
+            ),
+            (
+                row(&[
+                    ("lease_key", AttrValue::S("s:0".into())),
+                    ("lease_counter", AttrValue::S("7".into())),
+                    ("checkpoint", AttrValue::S("LATEST".into())),
+                ]),
+                "lease_counter must be a number, found S",
+            ),
+            (
+                row(&[
+                    ("lease_key", AttrValue::S("s:0".into())),
+                    ("lease_counter", AttrValue::N("-1".into())),
+                    ("checkpoint", AttrValue::S("LATEST".into())),
+                ]),
+                "lease_counter = -1 is out of range",
+            ),
+            (
+                row(&[("lease_key", AttrValue::S("nocolon".into())), ("lease_counter", AttrValue::N("1".into()))]),
+                "is not <stream>:<shardId>",
+            ),
+        ];
+        for (attrs, reason) in cases {
+            let err = decode(&attrs).expect_err("malformed");
+            assert!(err.reason.contains(reason), "{err:?} should say {reason}");
+            assert_eq!(err.key, raw_key(&attrs));
+        }
+    }
+}

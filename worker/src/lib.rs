@@ -1,0 +1,2 @@
+//! Leasehold worker library.
+pub mod lease;

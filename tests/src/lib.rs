@@ -4,6 +4,10 @@
 //! A test that needs an emulator and cannot reach it panics with a message saying how to start it;
 //! nothing here ever skips a test.
 
+mod fault;
+
+pub use fault::{Fault, FaultServer, closed_endpoint};
+
 use std::collections::HashMap;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
@@ -87,7 +91,8 @@ pub fn endpoint(service: Service) -> String {
     endpoint
 }
 
-async fn sdk_config(endpoint: String) -> aws_config::SdkConfig {
+/// SDK configuration for an endpoint of ours: fixed test credentials, region us-east-1.
+pub async fn sdk_config(endpoint: String) -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new("us-east-1"))
         .credentials_provider(aws_sdk_dynamodb::config::Credentials::new(

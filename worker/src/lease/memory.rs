@@ -127,19 +127,16 @@ impl LeaseStore for MemoryLeaseStore {
             None => Bound::Unbounded,
         };
         let mut page = LeasePage::default();
-        let mut taken = 0;
-        let mut last = None;
-        for (key, attrs) in rows.range((lower, Bound::Unbounded)) {
-            if taken == limit {
-                page.next = last.map(PageToken);
-                break;
-            }
+        let mut range = rows.range((lower, Bound::Unbounded)).peekable();
+        for (key, attrs) in range.by_ref().take(limit) {
             match decode(attrs) {
                 Ok(lease) => page.leases.push(lease),
                 Err(malformed) => page.malformed.push(malformed),
             }
-            taken += 1;
-            last = Some(key.clone());
+            page.next = Some(PageToken(key.clone()));
+        }
+        if range.peek().is_none() {
+            page.next = None;
         }
         drop(rows);
         let now = self.settings.clock.monotonic();

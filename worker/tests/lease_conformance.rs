@@ -1,0 +1,465 @@
+//! One conformance suite for every lease store: the same test bodies run against `MemoryLeaseStore`
+//! and against `DynamoLeaseStore` on dynalite (which must be running: `make emulators`).
+//!
+//! Each worker in a test has its own `ManualClock`, so expiry is driven by moving monotonic clocks
+//! rather than by sleeping, and clock skew is a constructor argument.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_dynamodb::types::AttributeValue;
+use leasehold_worker::lease::{
+    AttrValue, Attributes, Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseKey, LeaseSettings, LeaseStore,
+    ManualClock, MemoryLeaseTable, NewLease,
+};
+
+const LEASE: Duration = Duration::from_secs(10);
+const HOUR_MS: i64 = 3_600_000;
+
+/// A fresh, empty lease table and a way to open stores on it.
+#[async_trait]
+trait Harness: Sized + Send + Sync {
+    async fn new() -> Self;
+    fn store(&self, owner: &str, clock: Arc<ManualClock>) -> Box<dyn LeaseStore>;
+    async fn put_raw(&self, attrs: Attributes);
+}
+
+struct Memory(MemoryLeaseTable);
+
+#[async_trait]
+impl Harness for Memory {
+    async fn new() -> Self {
+        Memory(MemoryLeaseTable::new())
+    }
+    fn store(&self, owner: &str, clock: Arc<ManualClock>) -> Box<dyn LeaseStore> {
+        Box::new(self.0.store(LeaseSettings::new(owner).with_duration(LEASE).with_clock(clock)))
+    }
+    async fn put_raw(&self, attrs: Attributes) {
+        self.0.put_raw(attrs);
+    }
+}
+
+struct Dynamo {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+#[async_trait]
+impl Harness for Dynamo {
+    async fn new() -> Self {
+        let client = leasehold_testkit::dynamodb_client().await;
+        let table = leasehold_testkit::create_lease_table(&client, "conformance").await;
+        Dynamo { client, table }
+    }
+    fn store(&self, owner: &str, clock: Arc<ManualClock>) -> Box<dyn LeaseStore> {
+        let settings = LeaseSettings::new(owner).with_duration(LEASE).with_clock(clock);
+        Box::new(DynamoLeaseStore::new(self.client.clone(), self.table.clone(), settings))
+    }
+    async fn put_raw(&self, attrs: Attributes) {
+        let item = attrs
+            .into_iter()
+            .map(|(name, value)| {
+                let value = match value {
+                    AttrValue::S(s) => AttributeValue::S(s),
+                    AttrValue::N(n) => AttributeValue::N(n),
+                    AttrValue::Ss(ss) => AttributeValue::Ss(ss),
+                    AttrValue::Other(_) => AttributeValue::Bool(true),
+                };
+                (name, value)
+            })
+            .collect();
+        self.client.put_item().table_name(&self.table).set_item(Some(item)).send().await.expect("put raw row");
+    }
+}
+
+fn clock() -> Arc<ManualClock> {
+    Arc::new(ManualClock::default())
+}
+
+fn key(shard: u32) -> LeaseKey {
+    LeaseKey::new("orders", format!("shardId-{shard:012}"))
+}
+
+fn new_lease(key: &LeaseKey) -> NewLease {
+    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![] }
+}
+
+async fn created<H: Harness>(h: &H, store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
+    let _ = h;
+    assert!(store.create_if_absent(&new_lease(key)).await.expect("create"));
+    store.get(key).await.expect("get").expect("row exists")
+}
+
+async fn read(store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
+    store.get(key).await.expect("get").expect("row exists")
+}
+
+fn raw(pairs: &[(&str, AttrValue)]) -> Attributes {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.clone())).collect()
+}
+
+// ---- the cases ----
+
+async fn create_if_absent_creates_once<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let k = key(0);
+    let lease = NewLease {
+        key: k.clone(),
+        checkpoint: Checkpoint::Latest,
+        parent_shard_ids: vec!["shardId-000000000007".into(), "shardId-000000000008".into()],
+    };
+    assert!(a.create_if_absent(&lease).await.unwrap());
+    let first = read(&*a, &k).await;
+    assert!(!a.create_if_absent(&new_lease(&k)).await.unwrap(), "second create must report the row exists");
+    let second = read(&*a, &k).await;
+    assert_eq!(first, second, "second create must not touch the row");
+    assert_eq!((second.owner, second.expiry_ms, second.counter), (None, None, 0));
+    assert_eq!(second.checkpoint, Checkpoint::Latest);
+    let mut parents = second.parent_shard_ids;
+    parents.sort();
+    assert_eq!(parents, vec!["shardId-000000000007", "shardId-000000000008"]);
+    assert!(a.get(&key(1)).await.unwrap().is_none());
+}
+
+async fn acquire_free_row_sets_owner_expiry_and_counter<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let k = key(0);
+    let seen = created(h, &*a, &k).await;
+    let before = a.settings().clock.wall_ms();
+    let held = a.acquire(&seen).await.expect("free row is taken");
+    assert_eq!(held.owner.as_deref(), Some("a"));
+    assert_eq!(held.counter, seen.counter + 1);
+    let expiry = held.expiry_ms.expect("expiry written");
+    assert!(expiry >= before + 10_000 && expiry <= a.settings().clock.wall_ms() + 10_000, "expiry = now + duration");
+    assert_eq!(read(&*a, &k).await, held);
+}
+
+async fn live_lease_of_another_is_refused<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let seen = read(&*b, &k).await;
+    match b.acquire(&seen).await {
+        Err(LeaseError::HeldByOther { owner, remaining, .. }) => {
+            assert_eq!(owner, "a");
+            assert_eq!(remaining, LEASE);
+        }
+        other => panic!("expected HeldByOther, got {other:?}"),
+    }
+    assert_eq!(read(&*a, &k).await, held, "a refused acquire writes nothing");
+}
+
+async fn owner_retakes_its_own_lease_at_once<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    // The same stable owner id in a new process (fresh store, fresh clock) takes it back immediately.
+    let restarted = h.store("a", clock());
+    let seen = read(&*restarted, &k).await;
+    let retaken = restarted.acquire(&seen).await.expect("own lease is retaken without waiting");
+    assert_eq!(retaken.counter, held.counter + 1);
+    assert_eq!(retaken.owner.as_deref(), Some("a"));
+}
+
+async fn takeover_after_counter_unchanged_for_a_lease_duration<H: Harness>(h: &H) {
+    let (a, b_clock) = (h.store("a", clock()), clock());
+    let b = h.store("b", b_clock.clone());
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let seen = read(&*b, &k).await;
+    b_clock.advance(LEASE - Duration::from_millis(1));
+    assert!(matches!(b.acquire(&seen).await, Err(LeaseError::HeldByOther { .. })), "not yet a whole duration");
+    b_clock.advance(Duration::from_millis(1));
+    let taken = b.acquire(&seen).await.expect("expired by observation");
+    assert_eq!(taken.owner.as_deref(), Some("b"));
+    assert_eq!(taken.counter, held.counter + 1);
+    // The old holder has lost it: every holder write is refused and leaves b's row as it is.
+    assert!(matches!(a.renew(&held).await, Err(LeaseError::ConditionFailed { .. })));
+    assert!(matches!(
+        a.checkpoint(&held, &Checkpoint::Sequence("42".into())).await,
+        Err(LeaseError::ConditionFailed { .. })
+    ));
+    assert!(matches!(a.release(&held, None).await, Err(LeaseError::ConditionFailed { .. })));
+    assert_eq!(read(&*b, &k).await, taken);
+}
+
+async fn renewal_restarts_the_observation<H: Harness>(h: &H) {
+    let (a, b_clock) = (h.store("a", clock()), clock());
+    let b = h.store("b", b_clock.clone());
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    read(&*b, &k).await;
+    b_clock.advance(LEASE / 2);
+    let held = a.renew(&held).await.expect("holder renews");
+    let seen = read(&*b, &k).await;
+    b_clock.advance(LEASE / 2 + Duration::from_secs(1));
+    // More than a duration since b first looked, but the counter moved half-way: still live.
+    assert!(matches!(b.acquire(&seen).await, Err(LeaseError::HeldByOther { .. })));
+    b_clock.advance(LEASE);
+    let seen = read(&*b, &k).await;
+    assert_eq!(seen.counter, held.counter);
+    b.acquire(&seen).await.expect("a stopped renewing for a whole duration");
+}
+
+async fn fast_wall_clock_cannot_steal_a_live_lease<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let b = h.store("b", Arc::new(ManualClock::with_skew_ms(HOUR_MS)));
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let seen = read(&*b, &k).await;
+    assert!(
+        seen.expiry_ms.unwrap() < b.settings().clock.wall_ms(),
+        "by b's wall clock the lease looks expired an hour ago"
+    );
+    assert!(matches!(b.acquire(&seen).await, Err(LeaseError::HeldByOther { .. })));
+    assert_eq!(read(&*a, &k).await, held);
+    a.renew(&held).await.expect("a still holds it");
+}
+
+async fn slow_wall_clock_still_takes_a_dead_lease<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let b_clock = Arc::new(ManualClock::with_skew_ms(-HOUR_MS));
+    let b = h.store("b", b_clock.clone());
+    let k = key(0);
+    a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let seen = read(&*b, &k).await;
+    assert!(seen.expiry_ms.unwrap() > b.settings().clock.wall_ms(), "by b's wall clock the lease looks live");
+    b_clock.advance(LEASE);
+    b.acquire(&seen).await.expect("judged on the counter, not the wall clock");
+}
+
+async fn takeover_is_conditioned_on_the_observed_counter<H: Harness>(h: &H) {
+    let (a, b_clock) = (h.store("a", clock()), clock());
+    let b = h.store("b", b_clock.clone());
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let stale = read(&*b, &k).await;
+    let renewed = a.renew(&held).await.unwrap();
+    b_clock.advance(LEASE * 2);
+    // b's last read is a whole duration old, but a renewed since: the conditional write must lose.
+    assert!(matches!(b.acquire(&stale).await, Err(LeaseError::ConditionFailed { .. })));
+    assert_eq!(read(&*a, &k).await, renewed);
+}
+
+async fn acquire_needs_this_workers_own_read<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    // b never read the row: a copy handed over from elsewhere proves nothing about expiry.
+    assert!(matches!(b.acquire(&held).await, Err(LeaseError::NotObserved { .. })));
+}
+
+async fn holder_writes_require_holding_the_row<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    // A copy showing a as owner is refused locally...
+    assert!(matches!(b.renew(&held).await, Err(LeaseError::NotOwner { .. })));
+    // ...and a forged copy naming b as owner is refused by the table's condition.
+    let forged = Lease { owner: Some("b".into()), ..held.clone() };
+    assert!(matches!(b.renew(&forged).await, Err(LeaseError::ConditionFailed { .. })));
+    assert!(matches!(b.checkpoint(&forged, &Checkpoint::ShardEnd).await, Err(LeaseError::ConditionFailed { .. })));
+    assert!(matches!(b.release(&forged, None).await, Err(LeaseError::ConditionFailed { .. })));
+    // A stale copy of a's own lease is refused too.
+    let renewed = a.renew(&held).await.unwrap();
+    assert!(matches!(a.checkpoint(&held, &Checkpoint::ShardEnd).await, Err(LeaseError::ConditionFailed { .. })));
+    assert_eq!(read(&*a, &k).await, renewed);
+}
+
+async fn counters_strictly_increase_with_every_write<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let mut counters = vec![created(h, &*a, &k).await.counter];
+    let held = a.acquire(&read(&*a, &k).await).await.unwrap();
+    counters.push(held.counter);
+    let held = a.renew(&held).await.unwrap();
+    counters.push(held.counter);
+    let held = a.checkpoint(&held, &Checkpoint::Sequence("100".into())).await.unwrap();
+    counters.push(held.counter);
+    let free = a.release(&held, None).await.unwrap();
+    counters.push(free.counter);
+    let taken = b.acquire(&read(&*b, &k).await).await.unwrap();
+    counters.push(taken.counter);
+    assert_eq!(counters, vec![0, 1, 2, 3, 4, 5]);
+    assert_eq!(read(&*a, &k).await.counter, 5);
+}
+
+async fn release_frees_the_row_and_keeps_the_checkpoint<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.checkpoint(&held, &Checkpoint::Sequence("7".into())).await.unwrap();
+    let free = a.release(&held, None).await.expect("holder releases");
+    assert_eq!((free.owner.clone(), free.expiry_ms), (None, None));
+    assert_eq!(free.checkpoint, Checkpoint::Sequence("7".into()));
+    // Free again: another worker takes it without waiting out any duration.
+    let taken = b.acquire(&read(&*b, &k).await).await.expect("released row is free");
+    // Release with a final checkpoint writes both at once.
+    let free = b.release(&taken, Some(&Checkpoint::ShardEnd)).await.unwrap();
+    assert_eq!(free.checkpoint, Checkpoint::ShardEnd);
+    assert_eq!(read(&*a, &k).await, free);
+}
+
+async fn every_checkpoint_form_is_stored<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let k = key(0);
+    let mut held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    for checkpoint in [
+        Checkpoint::Sequence("49590338271490256608559692538361571095921575989136588898".into()),
+        Checkpoint::AtTimestamp(1_700_000_000_123),
+        Checkpoint::Latest,
+        Checkpoint::TrimHorizon,
+        Checkpoint::ShardEnd,
+    ] {
+        held = a.checkpoint(&held, &checkpoint).await.unwrap();
+        assert_eq!(read(&*a, &k).await.checkpoint, checkpoint);
+    }
+}
+
+async fn keys_keep_two_streams_apart<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let orders = LeaseKey::new("orders", "shardId-000000000000");
+    let payments = LeaseKey::new("payments", "shardId-000000000000");
+    let held = a.acquire(&created(h, &*a, &orders).await).await.unwrap();
+    let other = created(h, &*b, &payments).await;
+    assert_eq!(other.owner, None, "same shard id in another stream is another row");
+    let other = b.acquire(&other).await.expect("free row of the other stream");
+    a.checkpoint(&held, &Checkpoint::Sequence("1".into())).await.unwrap();
+    b.checkpoint(&other, &Checkpoint::Sequence("2".into())).await.unwrap();
+    assert_eq!(read(&*a, &orders).await.checkpoint, Checkpoint::Sequence("1".into()));
+    assert_eq!(read(&*a, &payments).await.checkpoint, Checkpoint::Sequence("2".into()));
+    let mut keys: Vec<String> = a.list().await.unwrap().leases.iter().map(|l| l.key.to_string()).collect();
+    keys.sort();
+    assert_eq!(keys, vec!["orders:shardId-000000000000", "payments:shardId-000000000000"]);
+}
+
+async fn listing_pages_through_every_row<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    for shard in 0..7 {
+        a.create_if_absent(&new_lease(&key(shard))).await.unwrap();
+    }
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    let mut start = None;
+    loop {
+        let page = a.list_page(start.as_ref(), 3).await.unwrap();
+        assert!(page.leases.len() <= 3);
+        pages += 1;
+        seen.extend(page.leases.into_iter().map(|l| l.key));
+        match page.next {
+            Some(next) => start = Some(next),
+            None => break,
+        }
+        assert!(pages < 10, "paging does not end");
+    }
+    seen.sort();
+    assert_eq!(seen, (0..7).map(key).collect::<Vec<_>>());
+    assert!(pages >= 3, "7 rows at 3 a page take at least 3 pages, took {pages}");
+    assert_eq!(a.list().await.unwrap().leases.len(), 7);
+}
+
+async fn malformed_rows_are_reported_with_their_key_and_skipped<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let good = key(0);
+    a.create_if_absent(&new_lease(&good)).await.unwrap();
+    let s = |v: &str| AttrValue::S(v.into());
+    let n = |v: &str| AttrValue::N(v.into());
+    h.put_raw(raw(&[("lease_key", s("orders:no-counter")), ("checkpoint", s("LATEST"))])).await;
+    h.put_raw(raw(&[("lease_key", s("orders:text-counter")), ("lease_counter", s("3")), ("checkpoint", s("LATEST"))]))
+        .await;
+    h.put_raw(raw(&[
+        ("lease_key", s("orders:bad-checkpoint")),
+        ("lease_counter", n("1")),
+        ("checkpoint", s("AT_TIMESTAMP:x")),
+    ]))
+    .await;
+    h.put_raw(raw(&[("lease_key", s("no-separator")), ("lease_counter", n("1")), ("checkpoint", s("LATEST"))])).await;
+    h.put_raw(raw(&[
+        ("lease_key", s("orders:bool-owner")),
+        ("lease_counter", n("1")),
+        ("checkpoint", s("LATEST")),
+        ("lease_owner", AttrValue::Other("BOOL")),
+    ]))
+    .await;
+    let page = a.list().await.expect("listing survives malformed rows");
+    assert_eq!(page.leases.iter().map(|l| l.key.clone()).collect::<Vec<_>>(), vec![good.clone()]);
+    let mut malformed: Vec<(String, String)> = page.malformed.into_iter().map(|m| (m.key, m.reason)).collect();
+    malformed.sort();
+    let keys: Vec<&str> = malformed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        keys,
+        vec!["no-separator", "orders:bad-checkpoint", "orders:bool-owner", "orders:no-counter", "orders:text-counter"]
+    );
+    for (key, reason) in &malformed {
+        assert!(!reason.is_empty(), "{key} needs a reason");
+    }
+    match a.get(&LeaseKey::new("orders", "text-counter")).await {
+        Err(LeaseError::Malformed { key, reason }) => {
+            assert_eq!(key, "orders:text-counter");
+            assert!(reason.contains("lease_counter"), "{reason}");
+        }
+        other => panic!("expected Malformed, got {other:?}"),
+    }
+    // The good row still works as usual.
+    a.acquire(&read(&*a, &good).await).await.expect("good row unaffected");
+}
+
+async fn delete_requires_an_unchanged_row<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let stale = created(h, &*b, &k).await;
+    let held = a.acquire(&read(&*a, &k).await).await.unwrap();
+    assert!(matches!(b.delete(&stale).await, Err(LeaseError::ConditionFailed { .. })));
+    assert_eq!(read(&*a, &k).await, held);
+    let free = a.release(&held, Some(&Checkpoint::ShardEnd)).await.unwrap();
+    b.delete(&read(&*b, &k).await).await.expect("unchanged row is deleted");
+    assert!(a.get(&k).await.unwrap().is_none());
+    assert!(matches!(
+        a.acquire(&free).await,
+        Err(LeaseError::NotObserved { .. }) | Err(LeaseError::ConditionFailed { .. })
+    ));
+}
+
+macro_rules! conformance {
+    ($harness:ident: $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test]
+            async fn $case() {
+                let harness = <super::$harness as super::Harness>::new().await;
+                super::$case(&harness).await;
+            }
+        )*
+    };
+}
+
+macro_rules! suite {
+    ($($module:ident => $harness:ident),*) => {
+        $(
+            mod $module {
+                conformance!($harness:
+                    create_if_absent_creates_once,
+                    acquire_free_row_sets_owner_expiry_and_counter,
+                    live_lease_of_another_is_refused,
+                    owner_retakes_its_own_lease_at_once,
+                    takeover_after_counter_unchanged_for_a_lease_duration,
+                    renewal_restarts_the_observation,
+                    fast_wall_clock_cannot_steal_a_live_lease,
+                    slow_wall_clock_still_takes_a_dead_lease,
+                    takeover_is_conditioned_on_the_observed_counter,
+                    acquire_needs_this_workers_own_read,
+                    holder_writes_require_holding_the_row,
+                    counters_strictly_increase_with_every_write,
+                    release_frees_the_row_and_keeps_the_checkpoint,
+                    every_checkpoint_form_is_stored,
+                    keys_keep_two_streams_apart,
+                    listing_pages_through_every_row,
+                    malformed_rows_are_reported_with_their_key_and_skipped,
+                    delete_requires_an_unchanged_row,
+                );
+            }
+        )*
+    };
+}
+
+suite!(memory => Memory, dynamodb => Dynamo);

@@ -1,7 +1,13 @@
-//! The `StreamConsumer` API of Leasehold (group `leasehold.io`).
-//!
-//! The resource types arrive with the operator issue; this crate holds the names that are already fixed
-//! so the worker and the operator agree on them.
+//! The `StreamConsumer` API of Leasehold (group `leasehold.io`, version `v1alpha1`): the resource the
+//! operator reconciles and, as its `spec`, the configuration file the worker binary reads.
+
+mod spec;
+mod status;
+mod validate;
+
+pub use spec::*;
+pub use status::*;
+pub use validate::{FieldError, ResolvedDurations};
 
 /// API group of every Leasehold resource.
 pub const API_GROUP: &str = "leasehold.io";

@@ -1,0 +1,328 @@
+//! The `StreamConsumer` spec: what to read, where leases live, how many workers, how to process.
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::status::StreamConsumerStatus;
+
+/// A Kinesis consumer: streams to read, a lease table shared by its workers, and how to process records.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "leasehold.io",
+    version = "v1alpha1",
+    kind = "StreamConsumer",
+    namespaced,
+    status = "StreamConsumerStatus",
+    shortname = "scon",
+    category = "leasehold",
+    printcolumn = r#"{"name":"Streams","type":"string","jsonPath":".status.streams"}"#,
+    printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".status.openShards"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".status.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    scale = r#"{"specReplicasPath":".spec.workers.replicas","statusReplicasPath":".status.replicas","labelSelectorPath":".status.selector"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StreamConsumerSpec {
+    /// Streams to read, by name; one subscription per stream. Give this or `streamPattern`, not both.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub streams: Vec<StreamSpec>,
+    /// Regular expression over stream names; matching streams (including ones created later) are read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_pattern: Option<String>,
+    /// AWS region and optional endpoints (for emulators or VPC endpoints).
+    #[serde(default)]
+    pub aws: AwsSpec,
+    /// The DynamoDB lease table shared by the workers. Without it a worker keeps leases in memory
+    /// (one instance only; empty after a restart).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_table: Option<LeaseTableSpec>,
+    /// How many workers to run.
+    #[serde(default)]
+    pub workers: WorkersSpec,
+    /// Where a shard with no checkpoint starts; children of split or merged shards always start at
+    /// their oldest record. Default LATEST.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_position: Option<StartPosition>,
+    /// With `startPosition: AT_TIMESTAMP`: the time to start at (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_timestamp: Option<String>,
+    /// Lease timing.
+    #[serde(default)]
+    pub lease: LeaseTimingSpec,
+    /// How shards are read.
+    #[serde(default)]
+    pub reader: ReaderSpec,
+    /// What is done with each record: exactly one of the processor kinds.
+    #[serde(default)]
+    pub processor: ProcessorSpec,
+    /// Order guarantee inside a shard: `key` (default), `shard` or `none`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering: Option<Ordering>,
+    /// Records processed at once per shard (with `ordering: key` or `none`). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<i32>,
+    /// What happens when processing a record fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<RetrySpec>,
+    /// Stream that processors may emit records to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputSpec>,
+    /// Manual assignment: read exactly these shards, with no balancing (Kafka's `assign()`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assignment: Option<AssignmentSpec>,
+    /// A stable lease owner id (for example the pod name), so a restarted worker retakes its own leases at
+    /// once. Default: a fresh id per process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_id: Option<String>,
+    /// Partial pod template for the workers: image, sidecars, resources, service account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "preserve_unknown_object")]
+    pub template: Option<PodTemplateSpec>,
+    /// Scale the workers to zero while true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true,
+        "description": "Partial PodTemplateSpec merged into the worker pods: image, sidecars, resources, serviceAccountName."
+    })
+}
+
+/// One stream to read.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StreamSpec {
+    /// The stream's name.
+    pub name: String,
+}
+
+/// AWS settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AwsSpec {
+    /// AWS region; default from the environment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// Kinesis endpoint URL, for emulators or VPC endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinesis_endpoint: Option<String>,
+    /// DynamoDB endpoint URL, for emulators or VPC endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dynamodb_endpoint: Option<String>,
+}
+
+/// The lease table.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaseTableSpec {
+    /// Table name (3-255 characters of a-z, A-Z, 0-9, `_`, `-`, `.`).
+    pub name: String,
+    /// Billing mode of a table the operator creates. Default PAY_PER_REQUEST.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub billing_mode: Option<BillingMode>,
+    /// What happens to the table when the resource is deleted. Default Retain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+}
+
+/// DynamoDB billing mode.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum BillingMode {
+    /// On-demand.
+    #[serde(rename = "PAY_PER_REQUEST")]
+    PayPerRequest,
+    /// Provisioned capacity.
+    #[serde(rename = "PROVISIONED")]
+    Provisioned,
+}
+
+/// What to do with the lease table when the resource is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    /// Keep the table.
+    Retain,
+    /// Delete the table, only if its tags prove this resource created it.
+    Delete,
+}
+
+/// How many workers run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkersSpec {
+    /// Fixed worker count (also driven by the scale subresource when autoscaling is off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+    /// Follow the open shard count instead of a fixed count.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<AutoscalingSpec>,
+}
+
+/// Replicas = clamp(ceil(open shards / shardsPerWorker), minReplicas, maxReplicas).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AutoscalingSpec {
+    /// Open shards per worker.
+    pub shards_per_worker: i32,
+    /// Fewest workers. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_replicas: Option<i32>,
+    /// Most workers.
+    pub max_replicas: i32,
+}
+
+/// Where a shard with no checkpoint starts.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum StartPosition {
+    /// The oldest record still retained.
+    #[serde(rename = "TRIM_HORIZON")]
+    TrimHorizon,
+    /// Only records written after the reader starts.
+    #[serde(rename = "LATEST")]
+    Latest,
+    /// Records at or after `startTimestamp`.
+    #[serde(rename = "AT_TIMESTAMP")]
+    AtTimestamp,
+}
+
+/// Lease timing; durations are written like `10s`, `500ms`, `1m`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LeaseTimingSpec {
+    /// How long a lease lasts without renewal. Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duration: Option<String>,
+    /// How often a holder renews; must be shorter than `duration`. Default 3s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub renew_interval: Option<String>,
+    /// How often the shard list is refreshed (new shards, new streams). Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard_sync_interval: Option<String>,
+    /// How often progress is checkpointed. Default 1s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_interval: Option<String>,
+    /// How long a worker may take to finish in-flight records when it gives shards up (handoff,
+    /// shutdown). Default 5s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graceful_timeout: Option<String>,
+}
+
+/// How shards are read.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReaderSpec {
+    /// Records per GetRecords call (1-10000). Default 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_records: Option<i32>,
+    /// Pause after a GetRecords call that returned nothing. Default 500ms. Calls per shard never exceed
+    /// 5 per second whatever this says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle_time: Option<String>,
+}
+
+/// The record processor: exactly one kind.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProcessorSpec {
+    /// Print each record as a JSON line on standard output.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<StdoutProcessor>,
+    /// POST each record to a URL.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpProcessor>,
+    /// Run a Java KCL MultiLangDaemon-protocol child process per shard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub multilang: Option<MultilangProcessor>,
+}
+
+/// The stdout processor (no settings).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StdoutProcessor {}
+
+/// The http processor.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpProcessor {
+    /// Where records are POSTed.
+    pub url: String,
+    /// Per-request timeout. Default 5s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+}
+
+/// The multilang processor.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MultilangProcessor {
+    /// The child's command line.
+    pub command: Vec<String>,
+}
+
+/// Order guarantee inside a shard.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Ordering {
+    /// Never two records with the same partition key at once.
+    Key,
+    /// One record at a time.
+    Shard,
+    /// No order.
+    None,
+}
+
+/// Retry policy for failed records.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RetrySpec {
+    /// Attempts before `onExhausted` applies. Default 5.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<i32>,
+    /// First backoff between attempts (doubling). Default 1s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backoff: Option<String>,
+    /// What happens after the last attempt. Default block.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_exhausted: Option<OnExhausted>,
+    /// With `onExhausted: deadLetter`: the stream failed records go to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_stream: Option<String>,
+}
+
+/// What happens to a record whose attempts are exhausted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum OnExhausted {
+    /// Keep retrying; the shard waits (order kept).
+    Block,
+    /// Publish a copy at the stream's tail with its attempt count.
+    Requeue,
+    /// Publish to `retry.deadLetterStream` with the error.
+    DeadLetter,
+    /// Skip it (counted and logged).
+    Skip,
+}
+
+/// Where processors emit records.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct OutputSpec {
+    /// The output stream.
+    pub stream: String,
+    /// Fixed partition key for outputs that carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition_key: Option<String>,
+}
+
+/// Manual shard assignment.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct AssignmentSpec {
+    /// Shards to read, as `<stream>:<shardId>`.
+    pub shards: Vec<String>,
+}

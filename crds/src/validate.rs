@@ -1,0 +1,334 @@
+//! Checks of a spec that the schema alone cannot express, each error naming its field. The operator
+//! reports them in status; the worker refuses to start on them.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::time::Duration;
+
+use crate::spec::{StartPosition, StreamConsumerSpec};
+
+/// One problem with a spec, naming the field it is in.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct FieldError {
+    /// Path of the field, e.g. `spec.streams[1].name`.
+    pub field: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
+        Self { field: field.into(), message: message.to_string() }
+    }
+}
+
+/// The spec's durations, parsed, with defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolvedDurations {
+    /// `lease.duration` (default 10 s).
+    pub lease: Duration,
+    /// `lease.renewInterval` (default 3 s).
+    pub renew_interval: Duration,
+    /// `lease.shardSyncInterval` (default 10 s).
+    pub shard_sync_interval: Duration,
+    /// `lease.checkpointInterval` (default 1 s).
+    pub checkpoint_interval: Duration,
+    /// `lease.gracefulTimeout` (default 5 s).
+    pub graceful_timeout: Duration,
+    /// `reader.idleTime` (default 500 ms).
+    pub idle_time: Duration,
+    /// `retry.backoff` (default 1 s).
+    pub retry_backoff: Duration,
+    /// `processor.http.timeout` (default 5 s).
+    pub http_timeout: Duration,
+}
+
+fn duration(errors: &mut Vec<FieldError>, field: &str, value: Option<&String>, default: Duration) -> Duration {
+    match value {
+        None => default,
+        Some(text) => match humantime::parse_duration(text) {
+            Ok(d) if !d.is_zero() => d,
+            Ok(_) => {
+                errors.push(FieldError::new(field, "must be longer than zero"));
+                default
+            }
+            Err(e) => {
+                errors.push(FieldError::new(field, format!("{text:?} is not a duration like 10s or 500ms ({e})")));
+                default
+            }
+        },
+    }
+}
+
+/// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
+pub fn valid_table_name(name: &str) -> bool {
+    (3..=255).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+/// True for a valid Kinesis stream name: 1-128 of `a-z A-Z 0-9 _ - .`.
+pub fn valid_stream_name(name: &str) -> bool {
+    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
+impl StreamConsumerSpec {
+    /// Every problem with the spec, or its durations resolved.
+    pub fn validate(&self) -> Result<ResolvedDurations, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        self.check_streams(&mut errors);
+        self.check_processor(&mut errors);
+        self.check_workers(&mut errors);
+        self.check_numbers(&mut errors);
+        if let Some(table) = &self.lease_table
+            && !valid_table_name(&table.name)
+        {
+            errors.push(FieldError::new(
+                "spec.leaseTable.name",
+                format!("{:?} is not a DynamoDB table name (3-255 of a-z, A-Z, 0-9, _, -, .)", table.name),
+            ));
+        }
+        match (self.start_position, &self.start_timestamp) {
+            (Some(StartPosition::AtTimestamp), None) => {
+                errors.push(FieldError::new("spec.startTimestamp", "required with startPosition AT_TIMESTAMP"))
+            }
+            (Some(StartPosition::AtTimestamp), Some(ts)) => {
+                if humantime::parse_rfc3339_weak(ts).is_err() {
+                    errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time")));
+                }
+            }
+            (_, Some(_)) => {
+                errors.push(FieldError::new("spec.startTimestamp", "allowed only with startPosition AT_TIMESTAMP"))
+            }
+            _ => {}
+        }
+        let lease = &self.lease;
+        let durations = ResolvedDurations {
+            lease: duration(&mut errors, "spec.lease.duration", lease.duration.as_ref(), Duration::from_secs(10)),
+            renew_interval: duration(
+                &mut errors,
+                "spec.lease.renewInterval",
+                lease.renew_interval.as_ref(),
+                Duration::from_secs(3),
+            ),
+            shard_sync_interval: duration(
+                &mut errors,
+                "spec.lease.shardSyncInterval",
+                lease.shard_sync_interval.as_ref(),
+                Duration::from_secs(10),
+            ),
+            checkpoint_interval: duration(
+                &mut errors,
+                "spec.lease.checkpointInterval",
+                lease.checkpoint_interval.as_ref(),
+                Duration::from_secs(1),
+            ),
+            graceful_timeout: duration(
+                &mut errors,
+                "spec.lease.gracefulTimeout",
+                lease.graceful_timeout.as_ref(),
+                Duration::from_secs(5),
+            ),
+            idle_time: duration(
+                &mut errors,
+                "spec.reader.idleTime",
+                self.reader.idle_time.as_ref(),
+                Duration::from_millis(500),
+            ),
+            retry_backoff: duration(
+                &mut errors,
+                "spec.retry.backoff",
+                self.retry.as_ref().and_then(|r| r.backoff.as_ref()),
+                Duration::from_secs(1),
+            ),
+            http_timeout: duration(
+                &mut errors,
+                "spec.processor.http.timeout",
+                self.processor.http.as_ref().and_then(|h| h.timeout.as_ref()),
+                Duration::from_secs(5),
+            ),
+        };
+        if durations.renew_interval >= durations.lease {
+            errors.push(FieldError::new(
+                "spec.lease.renewInterval",
+                format!(
+                    "must be shorter than lease.duration ({:?} >= {:?})",
+                    durations.renew_interval, durations.lease
+                ),
+            ));
+        }
+        if errors.is_empty() { Ok(durations) } else { Err(errors) }
+    }
+
+    fn check_streams(&self, errors: &mut Vec<FieldError>) {
+        let assigned = self.assignment.as_ref().is_some_and(|a| !a.shards.is_empty());
+        match (self.streams.is_empty(), &self.stream_pattern) {
+            (true, None) if !assigned => {
+                errors.push(FieldError::new("spec.streams", "name at least one stream, or set streamPattern"))
+            }
+            (false, Some(_)) => {
+                errors.push(FieldError::new("spec.streamPattern", "give streams or streamPattern, not both"))
+            }
+            _ => {}
+        }
+        let mut seen = HashSet::new();
+        for (i, stream) in self.streams.iter().enumerate() {
+            if !valid_stream_name(&stream.name) {
+                errors.push(FieldError::new(
+                    format!("spec.streams[{i}].name"),
+                    format!("{:?} is not a Kinesis stream name (1-128 of a-z, A-Z, 0-9, _, -, .)", stream.name),
+                ));
+            } else if !seen.insert(stream.name.as_str()) {
+                errors.push(FieldError::new(
+                    format!("spec.streams[{i}].name"),
+                    format!(
+                        "stream {:?} is named twice; a worker reads a stream through one subscription",
+                        stream.name
+                    ),
+                ));
+            }
+        }
+        if let Some(assignment) = &self.assignment {
+            let mut seen = HashSet::new();
+            for (i, shard) in assignment.shards.iter().enumerate() {
+                let field = format!("spec.assignment.shards[{i}]");
+                match shard.split_once(':') {
+                    Some((stream, id)) if valid_stream_name(stream) && !id.is_empty() => {
+                        if !seen.insert(shard.as_str()) {
+                            errors.push(FieldError::new(field, format!("{shard:?} is listed twice")));
+                        }
+                    }
+                    _ => errors.push(FieldError::new(field, format!("{shard:?} is not <stream>:<shardId>"))),
+                }
+            }
+        }
+    }
+
+    fn check_processor(&self, errors: &mut Vec<FieldError>) {
+        let p = &self.processor;
+        let kinds = [p.stdout.is_some(), p.http.is_some(), p.multilang.is_some()].iter().filter(|k| **k).count();
+        if kinds != 1 {
+            errors.push(FieldError::new(
+                "spec.processor",
+                format!("set exactly one of stdout, http, multilang ({kinds} set)"),
+            ));
+        }
+        if let Some(multilang) = &p.multilang
+            && multilang.command.is_empty()
+        {
+            errors.push(FieldError::new("spec.processor.multilang.command", "must not be empty"));
+        }
+    }
+
+    fn check_workers(&self, errors: &mut Vec<FieldError>) {
+        if let Some(replicas) = self.workers.replicas
+            && replicas < 0
+        {
+            errors.push(FieldError::new("spec.workers.replicas", "must be 0 or more"));
+        }
+        if let Some(auto) = &self.workers.autoscaling {
+            if auto.shards_per_worker < 1 {
+                errors.push(FieldError::new("spec.workers.autoscaling.shardsPerWorker", "must be 1 or more"));
+            }
+            let min = auto.min_replicas.unwrap_or(1);
+            if min < 0 {
+                errors.push(FieldError::new("spec.workers.autoscaling.minReplicas", "must be 0 or more"));
+            }
+            if min > auto.max_replicas {
+                errors.push(FieldError::new(
+                    "spec.workers.autoscaling.minReplicas",
+                    format!("must not exceed maxReplicas ({min} > {})", auto.max_replicas),
+                ));
+            }
+        }
+    }
+
+    fn check_numbers(&self, errors: &mut Vec<FieldError>) {
+        if let Some(concurrency) = self.concurrency
+            && !(1..=10_000).contains(&concurrency)
+        {
+            errors.push(FieldError::new("spec.concurrency", "must be between 1 and 10000"));
+        }
+        if let Some(max) = self.reader.max_records
+            && !(1..=10_000).contains(&max)
+        {
+            errors
+                .push(FieldError::new("spec.reader.maxRecords", "must be between 1 and 10000 (the GetRecords limit)"));
+        }
+        if let Some(retry) = &self.retry {
+            if retry.max_attempts.is_some_and(|n| n < 1) {
+                errors.push(FieldError::new("spec.retry.maxAttempts", "must be 1 or more"));
+            }
+            let dead_letter = retry.on_exhausted == Some(crate::spec::OnExhausted::DeadLetter);
+            if dead_letter && retry.dead_letter_stream.is_none() {
+                errors.push(FieldError::new("spec.retry.deadLetterStream", "required with onExhausted deadLetter"));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> StreamConsumerSpec {
+        serde_yaml_ng::from_str(yaml).expect("spec parses")
+    }
+
+    fn fields(yaml: &str) -> Vec<String> {
+        spec(yaml).validate().expect_err("invalid").into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn the_design_example_is_valid_with_defaults() {
+        let durations = spec("streams: [{name: orders}]\nleaseTable: {name: orders-leases}\nprocessor: {stdout: {}}")
+            .validate()
+            .expect("valid");
+        assert_eq!(durations.lease, Duration::from_secs(10));
+        assert_eq!(durations.renew_interval, Duration::from_secs(3));
+        assert_eq!(durations.shard_sync_interval, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn each_rule_names_its_field() {
+        let base = "processor: {stdout: {}}\n";
+        assert_eq!(fields("processor: {stdout: {}}"), vec!["spec.streams"]);
+        assert_eq!(fields(&format!("{base}streams: [{{name: a}}, {{name: a}}]")), vec!["spec.streams[1].name"]);
+        assert_eq!(fields(&format!("{base}streams: [{{name: a}}]\nstreamPattern: x")), vec!["spec.streamPattern"]);
+        assert_eq!(fields("streams: [{name: a}]\nprocessor: {}"), vec!["spec.processor"]);
+        assert_eq!(fields("streams: [{name: a}]\nprocessor: {stdout: {}, http: {url: x}}"), vec!["spec.processor"]);
+        assert_eq!(
+            fields(&format!("{base}streams: [{{name: a}}]\nlease: {{duration: 2s, renewInterval: 3s}}")),
+            vec!["spec.lease.renewInterval"]
+        );
+        assert_eq!(
+            fields(&format!("{base}streams: [{{name: a}}]\nlease: {{duration: soon}}")),
+            vec!["spec.lease.duration"]
+        );
+        assert_eq!(
+            fields(&format!("{base}streams: [{{name: a}}]\nleaseTable: {{name: 'x'}}")),
+            vec!["spec.leaseTable.name"]
+        );
+        assert_eq!(
+            fields(&format!("{base}streams: [{{name: a}}]\nstartPosition: AT_TIMESTAMP")),
+            vec!["spec.startTimestamp"]
+        );
+        assert_eq!(
+            fields(&format!("{base}streams: [{{name: a}}]\nstartTimestamp: '2024-01-01T00:00:00Z'")),
+            vec!["spec.startTimestamp"]
+        );
+        assert_eq!(
+            fields(&format!(
+                "{base}streams: [{{name: a}}]\nworkers: {{autoscaling: {{shardsPerWorker: 2, minReplicas: 5, maxReplicas: 2}}}}"
+            )),
+            vec!["spec.workers.autoscaling.minReplicas"]
+        );
+        assert_eq!(fields(&format!("{base}assignment: {{shards: [nocolon]}}")), vec!["spec.assignment.shards[0]"]);
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = serde_yaml_ng::from_str::<StreamConsumerSpec>("streams: [{name: a}]\nprocesor: {stdout: {}}")
+            .expect_err("typo");
+        assert!(err.to_string().contains("procesor"), "{err}");
+    }
+}

@@ -1,0 +1,361 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on loopback, without containers: etcd, kube-apiserver and
+# kube-controller-manager as local processes. There is no scheduler and no kubelet, so Pods stay
+# Pending; Deployments still get ReplicaSets and Pods, RBAC and admission (PodSecurity) are real.
+#
+#   tests/ground/control-plane.sh install   # build/fetch the binaries into $LEASEHOLD_CACHE/k8s-bin (idempotent)
+#   tests/ground/control-plane.sh start     # install if needed, start on free loopback ports, wait for /readyz
+#   tests/ground/control-plane.sh stop      # stop all three by PID
+#   tests/ground/control-plane.sh status    # exit 0 and print the kubeconfig path if running
+#   tests/ground/control-plane.sh env       # print `export KUBECONFIG=...` (and PATH with kubectl/helm)
+#
+# Binaries (cached outside the clone, keyed by version stamps):
+#   kube-apiserver, kube-controller-manager, kubectl  built from the Go module proxy (wrapper module)
+#   helm                                              go install helm.sh/helm/v3/cmd/helm
+#   etcd                                              Debian trixie's etcd-server package (dpkg-deb -x)
+# Run state (certificates, kubeconfig, logs, etcd data) lives in $LEASEHOLD_STATE/control-plane and
+# the PIDs and ports in $LEASEHOLD_STATE/control-plane.env.
+source "$(dirname "$0")/common.sh"
+
+K8S_VERSION=1.34.2
+HELM_VERSION=3.21.4
+ETCD_SERIES=3.5 # Kubernetes 1.34 needs etcd >= 3.5.11; trixie ships 3.5.16
+ETCD_SUITE=trixie
+DEBIAN_MIRROR="${LEASEHOLD_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+BIN="$LEASEHOLD_CACHE/k8s-bin"
+BUILD_DIR="$LEASEHOLD_CACHE/k8s-build"
+CP="$LEASEHOLD_STATE/control-plane"
+PKI="$CP/pki"
+KUBECONFIG_FILE="$CP/kubeconfig"
+STATE_FILE="$LEASEHOLD_STATE/control-plane.env"
+SERVICE_CIDR=10.96.0.0/16
+READY_TIMEOUT="${LEASEHOLD_CONTROL_PLANE_TIMEOUT:-60}"
+
+# ---------------------------------------------------------------------------------------------
+# install
+
+need() { command -v "$1" >/dev/null || die "$1 is not installed ($2)"; }
+
+install_kube() {
+  local stamp="$BIN/.kube-v$K8S_VERSION"
+  if [ -f "$stamp" ] && [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-controller-manager" ] &&
+    [ -x "$BIN/kubectl" ]; then return 0; fi
+  need go "Go 1.24+ is needed: tests/ground/install-toolchain.sh or https://go.dev/dl"
+  need jq "apt-get install jq"
+  local v="$K8S_VERSION" s="0.${K8S_VERSION#1.}" started=$SECONDS
+  log "building kube-apiserver, kube-controller-manager and kubectl v$v (cold: 10-15 min on 2 cores)"
+  # k8s.io/kubernetes pins its staging modules (k8s.io/api, k8s.io/apiserver, ...) with
+  # `replace => ./staging/...`, which only work inside its own tree. A wrapper module replaces each
+  # of them with the published v0.x.y tag of the same release.
+  rm -rf "$BUILD_DIR"
+  mkdir -p "$BUILD_DIR" "$BIN"
+  (
+    cd "$BUILD_DIR"
+    export GOFLAGS=-mod=mod GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
+    go mod init kbin >/dev/null 2>&1
+    go mod edit -require="k8s.io/kubernetes@v$v"
+    local gomod m
+    gomod="$(go mod download -json "k8s.io/kubernetes@v$v" | jq -r .GoMod)"
+    [ -f "$gomod" ] || die "go mod download k8s.io/kubernetes@v$v failed"
+    for m in $(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' "$gomod"); do
+      go mod edit -replace="$m=$m@v$s"
+    done
+    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$v" "k8s.io/kubernetes/cmd/kube-controller-manager@v$v" \
+      "k8s.io/kubernetes/cmd/kubectl@v$v" >&2
+    local minor="${v#1.}"; minor="${minor%%.*}" ldflags="" pkg
+    # The same variables hack/lib/version.sh sets, for the server and the client side.
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ldflags+=" -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+      ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+    done
+    mkdir -p out
+    CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w$ldflags" -o out/ \
+      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+      k8s.io/kubernetes/cmd/kubectl >&2
+    mv -f out/kube-apiserver out/kube-controller-manager out/kubectl "$BIN/"
+  ) || die "building Kubernetes v$v failed (wrapper module in $BUILD_DIR)"
+  rm -f "$BIN"/.kube-v*
+  touch "$stamp"
+  rm -rf "$BUILD_DIR"
+  log "kube binaries v$v built in $((SECONDS - started)) s"
+}
+
+install_helm() {
+  local stamp="$BIN/.helm-v$HELM_VERSION"
+  if [ -f "$stamp" ] && [ -x "$BIN/helm" ]; then return 0; fi
+  need go "Go 1.24+ is needed"
+  log "building helm v$HELM_VERSION"
+  mkdir -p "$BIN"
+  GOBIN="$BIN" GOFLAGS=-mod=mod CGO_ENABLED=0 nice -n 10 go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
+    "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" >&2 || die "go install helm v$HELM_VERSION failed"
+  rm -f "$BIN"/.helm-v*
+  touch "$stamp"
+}
+
+install_etcd() {
+  if compgen -G "$BIN/.etcd-$ETCD_SERIES.*" >/dev/null && [ -x "$BIN/etcd" ]; then return 0; fi
+  need apt-get "a Debian-based system is needed for the etcd package"
+  need dpkg-deb "a Debian-based system is needed for the etcd package"
+  log "fetching etcd-server from Debian $ETCD_SUITE"
+  # A private apt root: its own sources list, lists and cache, so the machine's apt config is untouched.
+  local tmp
+  tmp="$(mktemp -d)"
+  mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/deb"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $ETCD_SUITE main" \
+    > "$tmp/sources.list"
+  local apt=(apt-get -q -o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=-
+    -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Get::List-Cleanup=0)
+  "${apt[@]}" update >&2 || { rm -rf "$tmp"; die "apt-get update for Debian $ETCD_SUITE failed"; }
+  (cd "$tmp/deb" && "${apt[@]}" download etcd-server >&2) ||
+    { rm -rf "$tmp"; die "apt-get download etcd-server ($ETCD_SUITE) failed"; }
+  local deb version
+  deb="$(ls "$tmp"/deb/etcd-server_*.deb)"
+  version="$(dpkg-deb -f "$deb" Version)"
+  case "$version" in
+    "$ETCD_SERIES".*) ;;
+    *) rm -rf "$tmp"; die "Debian $ETCD_SUITE has etcd-server $version, expected $ETCD_SERIES.x" ;;
+  esac
+  dpkg-deb -x "$deb" "$tmp/root"
+  [ -x "$tmp/root/usr/bin/etcd" ] || { rm -rf "$tmp"; die "etcd-server $version has no usr/bin/etcd"; }
+  mkdir -p "$BIN"
+  mv -f "$tmp/root/usr/bin/etcd" "$BIN/etcd"
+  rm -rf "$tmp"
+  "$BIN/etcd" --version >/dev/null 2>&1 || die "$BIN/etcd does not run here (ldd $BIN/etcd)"
+  rm -f "$BIN"/.etcd-*
+  touch "$BIN/.etcd-${version%%-*}"
+  log "etcd $version installed"
+}
+
+install() {
+  install_etcd
+  install_helm
+  install_kube
+}
+
+# ---------------------------------------------------------------------------------------------
+# certificates and kubeconfig
+
+pki() {
+  if [ -f "$PKI/ca.crt" ] && [ -f "$PKI/apiserver.crt" ] && [ -f "$PKI/admin.crt" ] &&
+    [ -f "$PKI/controller-manager.crt" ] && [ -f "$PKI/sa.key" ]; then return 0; fi
+  need openssl "apt-get install openssl"
+  rm -rf "$PKI"
+  mkdir -p "$PKI"
+  (
+    cd "$PKI"
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt \
+      -subj "/CN=leasehold-ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
+    issue() { # name subject extensions
+      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
+      printf '%s\n' "$3" > "$1.ext"
+      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
+      rm -f "$1.csr" "$1.ext"
+    }
+    issue apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+    local client="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+    issue admin "/O=system:masters/CN=leasehold-admin" "$client"
+    issue controller-manager "/CN=system:kube-controller-manager" "$client"
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+  ) || die "generating certificates in $PKI failed"
+}
+
+b64() { base64 -w0 < "$1"; }
+
+kubeconfig() { # file user port
+  cat > "$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: leasehold
+  cluster:
+    server: https://127.0.0.1:$3
+    certificate-authority-data: $(b64 "$PKI/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(b64 "$PKI/$2.crt")
+    client-key-data: $(b64 "$PKI/$2.key")
+contexts:
+- name: leasehold
+  context:
+    cluster: leasehold
+    user: $2
+current-context: leasehold
+EOF
+  chmod 600 "$1"
+}
+
+# ---------------------------------------------------------------------------------------------
+# start / stop
+
+load_state() {
+  [ -f "$STATE_FILE" ] || return 1
+  # shellcheck disable=SC1090
+  source "$STATE_FILE"
+}
+
+readyz() { # port
+  curl -sf --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$1/readyz" >/dev/null 2>&1
+}
+
+running() {
+  load_state || return 1
+  pid_alive "${ETCD_PID:-}" && pid_alive "${APISERVER_PID:-}" && pid_alive "${CONTROLLER_MANAGER_PID:-}" &&
+    readyz "$APISERVER_PORT"
+}
+
+# Starts "$@" detached in its own session, output to log $1, and prints its PID.
+spawn() { # logname cmd...
+  local name="$1"; shift
+  setsid "$@" >"$CP/$name.log" 2>&1 </dev/null &
+  echo $!
+}
+
+fail() { # message
+  local msg="$1"
+  stop quiet
+  die "$msg; logs: $CP/etcd.log $CP/kube-apiserver.log $CP/kube-controller-manager.log"
+}
+
+start() {
+  if running; then
+    log "control plane already running: https://127.0.0.1:$APISERVER_PORT (KUBECONFIG=$KUBECONFIG_FILE)"
+    return 0
+  fi
+  stop quiet
+  install
+  need curl "apt-get install curl"
+  mkdir -p "$CP"
+  pki
+  rm -rf "$CP/etcd-data" "$CP/controller-manager-certs"
+
+  local etcd_port peer_port api_port kcm_port
+  etcd_port="$(free_port)"; peer_port="$(free_port)"; api_port="$(free_port)"; kcm_port="$(free_port)"
+  while [ "$peer_port" = "$etcd_port" ]; do peer_port="$(free_port)"; done
+  while [ "$api_port" = "$etcd_port" ] || [ "$api_port" = "$peer_port" ]; do api_port="$(free_port)"; done
+  while [ "$kcm_port" = "$etcd_port" ] || [ "$kcm_port" = "$peer_port" ] || [ "$kcm_port" = "$api_port" ]; do
+    kcm_port="$(free_port)"
+  done
+  kubeconfig "$KUBECONFIG_FILE" admin "$api_port"
+  kubeconfig "$CP/controller-manager.kubeconfig" controller-manager "$api_port"
+
+  local etcd_pid api_pid kcm_pid
+  etcd_pid="$(spawn etcd "$BIN/etcd" --name leasehold --data-dir "$CP/etcd-data" \
+    --listen-client-urls "http://127.0.0.1:$etcd_port" --advertise-client-urls "http://127.0.0.1:$etcd_port" \
+    --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
+    --initial-cluster "leasehold=http://127.0.0.1:$peer_port" --initial-cluster-state new \
+    --unsafe-no-fsync --log-level warn)"
+  write_state "$etcd_pid" "" "" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
+
+  local i
+  for i in $(seq 1 100); do
+    curl -sf --max-time 2 "http://127.0.0.1:$etcd_port/health" >/dev/null 2>&1 && break
+    pid_alive "$etcd_pid" || fail "etcd exited during start"
+    [ "$i" = 100 ] && fail "etcd did not answer on 127.0.0.1:$etcd_port within 20 s"
+    sleep 0.2
+  done
+
+  api_pid="$(spawn kube-apiserver "$BIN/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$etcd_port" \
+    --bind-address 127.0.0.1 --secure-port "$api_port" --cert-dir "$CP" \
+    --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+    --client-ca-file "$PKI/ca.crt" \
+    --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-cluster-ip-range "$SERVICE_CIDR" \
+    --authorization-mode RBAC)"
+  write_state "$etcd_pid" "$api_pid" "" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
+
+  kcm_pid="$(spawn kube-controller-manager "$BIN/kube-controller-manager" \
+    --kubeconfig "$CP/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$CP/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$CP/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$kcm_port" --cert-dir "$CP/controller-manager-certs" \
+    --leader-elect=false --controllers '*' --use-service-account-credentials \
+    --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
+    --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+    --service-cluster-ip-range "$SERVICE_CIDR")"
+  write_state "$etcd_pid" "$api_pid" "$kcm_pid" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
+
+  # Ready means: /readyz is ok, and the controller manager works (it has created the default
+  # ServiceAccount, without which Pods in a namespace are not admitted).
+  local deadline=$((SECONDS + READY_TIMEOUT)) ready=""
+  while [ $SECONDS -lt $deadline ]; do
+    pid_alive "$etcd_pid" || fail "etcd exited during start"
+    pid_alive "$api_pid" || fail "kube-apiserver exited during start"
+    pid_alive "$kcm_pid" || fail "kube-controller-manager exited during start"
+    if [ -z "$ready" ] && readyz "$api_port"; then ready=1; fi
+    if [ -n "$ready" ] && curl -sf --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" \
+      --key "$PKI/admin.key" "https://127.0.0.1:$api_port/api/v1/namespaces/default/serviceaccounts/default" \
+      >/dev/null 2>&1; then
+      log "control plane ready in $((SECONDS - deadline + READY_TIMEOUT)) s: https://127.0.0.1:$api_port" \
+        "(etcd :$etcd_port, controller-manager :$kcm_port)"
+      log "KUBECONFIG=$KUBECONFIG_FILE"
+      return 0
+    fi
+    sleep 0.5
+  done
+  if [ -z "$ready" ]; then fail "kube-apiserver /readyz not ok within $READY_TIMEOUT s"; fi
+  fail "kube-controller-manager did not create the default ServiceAccount within $READY_TIMEOUT s"
+}
+
+write_state() { # etcd_pid api_pid kcm_pid etcd_port peer_port api_port kcm_port
+  cat > "$STATE_FILE" <<STATE
+ETCD_PID=$1
+APISERVER_PID=$2
+CONTROLLER_MANAGER_PID=$3
+ETCD_PORT=$4
+ETCD_PEER_PORT=$5
+APISERVER_PORT=$6
+CONTROLLER_MANAGER_PORT=$7
+APISERVER_URL=https://127.0.0.1:$6
+KUBECONFIG=$KUBECONFIG_FILE
+CONTROL_PLANE_DIR=$CP
+K8S_BIN=$BIN
+STATE
+}
+
+# Stops one process by PID, but only if it still runs one of our binaries (PIDs can be reused).
+stop_pid() { # pid
+  local pid="$1" exe i
+  pid_alive "$pid" || return 0
+  exe="$(readlink "/proc/$pid/exe" 2>/dev/null || true)"
+  case "$exe" in "$BIN"/*) ;; *) return 0 ;; esac
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 100); do pid_alive "$pid" || return 0; sleep 0.1; done
+  kill -9 "$pid" 2>/dev/null || true
+}
+
+stop() {
+  if load_state; then
+    stop_pid "${CONTROLLER_MANAGER_PID:-}"
+    stop_pid "${APISERVER_PID:-}"
+    stop_pid "${ETCD_PID:-}"
+    rm -f "$STATE_FILE"
+    [ "${1:-}" = quiet ] || log "control plane stopped"
+  fi
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  status) if running; then echo "$KUBECONFIG_FILE"; exit 0; fi
+          echo "control plane not running" >&2; exit 1 ;;
+  env) running || die "control plane not running: run tests/ground/control-plane.sh start"
+       echo "export KUBECONFIG=$KUBECONFIG_FILE"
+       echo "export PATH=$BIN:\$PATH" ;;
+  *) echo "usage: $0 install|start|stop|status|env" >&2; exit 2 ;;
+esac

@@ -91,10 +91,8 @@ impl StreamConsumerSpec {
             (Some(StartPosition::AtTimestamp), None) => {
                 errors.push(FieldError::new("spec.startTimestamp", "required with startPosition AT_TIMESTAMP"))
             }
-            (Some(StartPosition::AtTimestamp), Some(ts)) => {
-                if humantime::parse_rfc3339_weak(ts).is_err() {
-                    errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time")));
-                }
+            (Some(StartPosition::AtTimestamp), Some(ts)) if humantime::parse_rfc3339_weak(ts).is_err() => {
+                errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time")))
             }
             (_, Some(_)) => {
                 errors.push(FieldError::new("spec.startTimestamp", "allowed only with startPosition AT_TIMESTAMP"))

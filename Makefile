@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: test lint unit emulators emulators-stop bench demo fmt
+.PHONY: test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators lint
@@ -20,6 +20,13 @@ emulators:
 
 emulators-stop:
 	$(GROUND)/emulators.sh stop
+
+## A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager) on loopback.
+control-plane:
+	$(GROUND)/control-plane.sh start
+
+control-plane-stop:
+	$(GROUND)/control-plane.sh stop
 
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
 bench: emulators

@@ -49,32 +49,29 @@ install_kube() {
   # `replace => ./staging/...`, which only work inside its own tree. A wrapper module replaces each
   # of them with the published v0.x.y tag of the same release.
   rm -rf "$BUILD_DIR"
-  mkdir -p "$BUILD_DIR" "$BIN"
-  (
-    cd "$BUILD_DIR"
-    export GOFLAGS=-mod=mod GOTOOLCHAIN="${GOTOOLCHAIN:-local}"
-    go mod init kbin >/dev/null 2>&1
-    go mod edit -require="k8s.io/kubernetes@v$v"
-    local gomod m
-    gomod="$(go mod download -json "k8s.io/kubernetes@v$v" | jq -r .GoMod)"
-    [ -f "$gomod" ] || die "go mod download k8s.io/kubernetes@v$v failed"
-    for m in $(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' "$gomod"); do
-      go mod edit -replace="$m=$m@v$s"
-    done
-    go get "k8s.io/kubernetes/cmd/kube-apiserver@v$v" "k8s.io/kubernetes/cmd/kube-controller-manager@v$v" \
-      "k8s.io/kubernetes/cmd/kubectl@v$v" >&2
-    local minor="${v#1.}"; minor="${minor%%.*}" ldflags="" pkg
-    # The same variables hack/lib/version.sh sets, for the server and the client side.
-    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-      ldflags+=" -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
-      ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-    done
-    mkdir -p out
-    CGO_ENABLED=0 nice -n 10 go build -trimpath -ldflags "-s -w$ldflags" -o out/ \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
-      k8s.io/kubernetes/cmd/kubectl >&2
-    mv -f out/kube-apiserver out/kube-controller-manager out/kubectl "$BIN/"
-  ) || die "building Kubernetes v$v failed (wrapper module in $BUILD_DIR)"
+  mkdir -p "$BUILD_DIR/out" "$BIN"
+  local gomod m pkg ldflags="" minor="${v#1.}"
+  minor="${minor%%.*}"
+  local -x GOFLAGS="${GOFLAGS:+$GOFLAGS }-mod=mod"
+  go -C "$BUILD_DIR" mod init kbin 2>/dev/null || die "go mod init failed in $BUILD_DIR"
+  go -C "$BUILD_DIR" mod edit -require="k8s.io/kubernetes@v$v"
+  gomod="$(go -C "$BUILD_DIR" mod download -json "k8s.io/kubernetes@v$v" | jq -r .GoMod)"
+  [ -f "$gomod" ] || die "go mod download k8s.io/kubernetes@v$v failed"
+  for m in $(sed -n 's|^\s*\(k8s.io/[^ ]*\) => ./staging/.*|\1|p' "$gomod"); do
+    go -C "$BUILD_DIR" mod edit -replace="$m=$m@v$s"
+  done
+  go -C "$BUILD_DIR" get "k8s.io/kubernetes/cmd/kube-apiserver@v$v" \
+    "k8s.io/kubernetes/cmd/kube-controller-manager@v$v" "k8s.io/kubernetes/cmd/kubectl@v$v" >&2 ||
+    die "go get k8s.io/kubernetes@v$v failed (wrapper module in $BUILD_DIR)"
+  # The same variables hack/lib/version.sh sets, for the server and the client side.
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X $pkg.gitVersion=v$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+    ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  done
+  CGO_ENABLED=0 nice -n 10 go -C "$BUILD_DIR" build -trimpath -ldflags "-s -w$ldflags" -o out/ \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kubectl >&2 || die "go build of Kubernetes v$v failed (wrapper module in $BUILD_DIR)"
+  mv -f "$BUILD_DIR/out/kube-apiserver" "$BUILD_DIR/out/kube-controller-manager" "$BUILD_DIR/out/kubectl" "$BIN/"
   rm -f "$BIN"/.kube-v*
   touch "$stamp"
   rm -rf "$BUILD_DIR"
@@ -87,7 +84,7 @@ install_helm() {
   need go "Go 1.24+ is needed"
   log "building helm v$HELM_VERSION"
   mkdir -p "$BIN"
-  GOBIN="$BIN" GOFLAGS=-mod=mod CGO_ENABLED=0 nice -n 10 go install -trimpath \
+  GOBIN="$BIN" CGO_ENABLED=0 nice -n 10 go install -trimpath \
     -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
     "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" >&2 || die "go install helm v$HELM_VERSION failed"
   rm -f "$BIN"/.helm-v*
@@ -106,7 +103,8 @@ install_etcd() {
   echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $DEBIAN_MIRROR $ETCD_SUITE main" \
     > "$tmp/sources.list"
   local apt=(apt-get -q -o "Dir::Etc::sourcelist=$tmp/sources.list" -o Dir::Etc::sourceparts=-
-    -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Get::List-Cleanup=0)
+    -o "Dir::State::Lists=$tmp/lists" -o "Dir::Cache=$tmp/cache" -o APT::Get::List-Cleanup=0 -o APT::Sandbox::User=root
+    -o Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false)
   "${apt[@]}" update >&2 || { rm -rf "$tmp"; die "apt-get update for Debian $ETCD_SUITE failed"; }
   (cd "$tmp/deb" && "${apt[@]}" download etcd-server >&2) ||
     { rm -rf "$tmp"; die "apt-get download etcd-server ($ETCD_SUITE) failed"; }
@@ -143,31 +141,32 @@ pki() {
   need openssl "apt-get install openssl"
   rm -rf "$PKI"
   mkdir -p "$PKI"
-  (
-    cd "$PKI"
-    umask 077
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout ca.key -out ca.crt \
-      -subj "/CN=leasehold-ca" -addext "basicConstraints=critical,CA:TRUE" \
-      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null
-    issue() { # name subject extensions
-      openssl req -newkey rsa:2048 -nodes -keyout "$1.key" -out "$1.csr" -subj "$2" 2>/dev/null
-      printf '%s\n' "$3" > "$1.ext"
-      openssl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
-        -extfile "$1.ext" -out "$1.crt" 2>/dev/null
-      rm -f "$1.csr" "$1.ext"
-    }
-    issue apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+  chmod 700 "$PKI"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
+    -subj "/CN=leasehold-ca" -addext "basicConstraints=critical,CA:TRUE" \
+    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null || die "openssl: CA failed"
+  issue_cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-    local client="basicConstraints=CA:FALSE
+  local client="basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
-    issue admin "/O=system:masters/CN=leasehold-admin" "$client"
-    issue controller-manager "/CN=system:kube-controller-manager" "$client"
-    openssl genrsa -out sa.key 2048 2>/dev/null
-    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
-  ) || die "generating certificates in $PKI failed"
+  issue_cert admin "/O=system:masters/CN=leasehold-admin" "$client"
+  issue_cert controller-manager "/CN=system:kube-controller-manager" "$client"
+  openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null || die "openssl: service-account key failed"
+  openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null || die "openssl: service-account key failed"
+  chmod 600 "$PKI"/*.key
+}
+
+issue_cert() { # name subject extensions; signed by $PKI/ca
+  local k="$PKI/$1"
+  openssl req -newkey rsa:2048 -nodes -keyout "$k.key" -out "$k.csr" -subj "$2" 2>/dev/null ||
+    die "openssl: $1 request failed"
+  printf '%s\n' "$3" > "$k.ext"
+  openssl x509 -req -in "$k.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial -days 3650 \
+    -extfile "$k.ext" -out "$k.crt" 2>/dev/null || die "openssl: signing $1 failed"
+  rm -f "$k.csr" "$k.ext"
 }
 
 b64() { base64 -w0 < "$1"; }

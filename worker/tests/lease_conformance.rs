@@ -421,6 +421,59 @@ async fn delete_requires_an_unchanged_row<H: Harness>(h: &H) {
     ));
 }
 
+async fn handoff_request_leaves_the_counter_and_release_to_transfers<H: Harness>(h: &H) {
+    let (a, b, c) = (h.store("a", clock()), h.store("b", clock()), h.store("c", clock()));
+    let k = key(0);
+    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let seen = read(&*b, &k).await;
+    let asked = b.request_handoff(&seen).await.expect("request on a held row");
+    assert_eq!(asked.handoff_to.as_deref(), Some("b"));
+    assert_eq!(asked.counter, held.counter, "a request must not move the counter");
+    // Only one request at a time; a free row cannot be asked for.
+    assert!(matches!(c.request_handoff(&read(&*c, &k).await).await, Err(LeaseError::ConditionFailed { .. })));
+    // The holder's renewal still succeeds and shows the request.
+    let held = a.renew(&held).await.expect("request does not disturb the holder");
+    assert_eq!(held.handoff_to.as_deref(), Some("b"));
+    let given = a.release_to(&held, "b", Some(&Checkpoint::Sequence("9".into()))).await.expect("hand over");
+    assert_eq!((given.owner.as_deref(), given.handoff_to.as_deref()), (Some("b"), None));
+    assert_eq!(given.checkpoint, Checkpoint::Sequence("9".into()));
+    assert!(matches!(a.renew(&held).await, Err(LeaseError::ConditionFailed { .. })), "a no longer holds it");
+    let taken = b.acquire(&read(&*b, &k).await).await.expect("b takes its handed-over lease at once");
+    assert_eq!(taken.counter, given.counter + 1);
+    let free = b.release(&taken, None).await.unwrap();
+    assert!(matches!(c.request_handoff(&read(&*c, &k).await).await, Err(LeaseError::ConditionFailed { .. })));
+    assert_eq!(free.owner, None);
+}
+
+async fn membership_rows_count_live_workers<H: Harness>(h: &H) {
+    let (a, b_clock) = (h.store("a", clock()), clock());
+    let b = h.store("b", b_clock.clone());
+    a.create_if_absent(&new_lease(&key(0))).await.unwrap();
+    a.heartbeat().await.unwrap();
+    b.heartbeat().await.unwrap();
+    let page = b.list().await.unwrap();
+    assert_eq!(page.leases.len(), 1, "membership rows are not leases");
+    let mut members: Vec<(String, bool)> = page.members.iter().map(|m| (m.owner.clone(), m.alive)).collect();
+    members.sort();
+    assert_eq!(members, vec![("a".into(), true), ("b".into(), true)]);
+    // a keeps beating, then falls silent for a whole duration on b's clock.
+    b_clock.advance(LEASE / 2);
+    a.heartbeat().await.unwrap();
+    b.list().await.unwrap();
+    b_clock.advance(LEASE / 2 + Duration::from_secs(1));
+    let alive = |page: &leasehold_worker::lease::LeasePage, who: &str| {
+        page.members.iter().find(|m| m.owner == who).map(|m| m.alive)
+    };
+    assert_eq!(alive(&b.list().await.unwrap(), "a"), Some(true), "a beat half a duration ago");
+    b_clock.advance(LEASE);
+    let page = b.list().await.unwrap();
+    assert_eq!(alive(&page, "a"), Some(false), "a silent for a whole duration");
+    let dead = page.members.iter().find(|m| m.owner == "a").unwrap().clone();
+    b.remove_member(&dead).await.expect("dead member removed");
+    b.leave().await.unwrap();
+    assert!(b.list().await.unwrap().members.is_empty());
+}
+
 macro_rules! conformance {
     ($harness:ident: $($case:ident),* $(,)?) => {
         $(
@@ -456,6 +509,8 @@ macro_rules! suite {
                     listing_pages_through_every_row,
                     malformed_rows_are_reported_with_their_key_and_skipped,
                     delete_requires_an_unchanged_row,
+                    handoff_request_leaves_the_counter_and_release_to_transfers,
+                    membership_rows_count_live_workers,
                 );
             }
         )*

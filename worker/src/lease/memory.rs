@@ -10,7 +10,10 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
-use super::row::{AttrValue, Attributes, Lease, NewLease, attr, decode, encode_new, raw_key};
+use super::row::{
+    AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row, member_key,
+    raw_key,
+};
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
 
@@ -129,8 +132,10 @@ impl LeaseStore for MemoryLeaseStore {
         let mut page = LeasePage::default();
         let mut range = rows.range((lower, Bound::Unbounded)).peekable();
         for (key, attrs) in range.by_ref().take(limit) {
-            match decode(attrs) {
-                Ok(lease) => page.leases.push(lease),
+            let row = if is_member_row(attrs) { decode_member(attrs).map(Err) } else { decode(attrs).map(Ok) };
+            match row {
+                Ok(Ok(lease)) => page.leases.push(lease),
+                Ok(Err(member)) => page.members.push(member),
                 Err(malformed) => page.malformed.push(malformed),
             }
             page.next = Some(PageToken(key.clone()));
@@ -141,6 +146,9 @@ impl LeaseStore for MemoryLeaseStore {
         drop(rows);
         let now = self.settings.clock.monotonic();
         page.leases.iter().for_each(|lease| self.observer.observe(lease, now));
+        for member in &mut page.members {
+            member.alive = self.observer.member_alive(member, now, self.settings.duration);
+        }
         Ok(page)
     }
 
@@ -177,11 +185,39 @@ impl LeaseStore for MemoryLeaseStore {
         let result = self.update_if(&held.key, "release", held.counter, Some(&self.settings.owner), |row| {
             row.remove(attr::LEASE_OWNER);
             row.remove(attr::LEASE_EXPIRY);
+            row.remove(attr::HANDOFF_TO);
             if let Some(checkpoint) = final_checkpoint {
                 row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
             }
         });
         self.after_write(&held.key, result)
+    }
+
+    async fn release_to(&self, held: &Lease, to: &str, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let expiry = self.settings.expiry_ms();
+        let result = self.update_if(&held.key, "release to", held.counter, Some(&self.settings.owner), |row| {
+            row.insert(attr::LEASE_OWNER.into(), AttrValue::S(to.into()));
+            row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
+            row.remove(attr::HANDOFF_TO);
+            if let Some(checkpoint) = final_checkpoint {
+                row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
+            }
+        });
+        self.after_write(&held.key, result)
+    }
+
+    async fn request_handoff(&self, seen: &Lease) -> Result<Lease> {
+        let refused = || LeaseError::ConditionFailed { key: seen.key.clone(), operation: "request handoff" };
+        let mut rows = self.table.rows();
+        let row = rows.get_mut(&seen.key.to_string()).ok_or_else(refused)?;
+        let current = decode(row).map_err(|_| refused())?;
+        let unchanged = current.counter == seen.counter && current.owner == seen.owner;
+        if !unchanged || seen.owner.is_none() || current.handoff_to.is_some() {
+            return Err(refused());
+        }
+        row.insert(attr::HANDOFF_TO.into(), AttrValue::S(self.settings.owner.clone()));
+        decode(row).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })
     }
 
     async fn delete(&self, seen: &Lease) -> Result<()> {
@@ -194,6 +230,34 @@ impl LeaseStore for MemoryLeaseStore {
         rows.remove(&key);
         drop(rows);
         self.observer.forget(&seen.key);
+        Ok(())
+    }
+
+    async fn heartbeat(&self) -> Result<()> {
+        let mut rows = self.table.rows();
+        let row = rows.entry(format!("{}{}", super::MEMBER_PREFIX, self.settings.owner)).or_default();
+        let counter = decode_member(row).map(|m| m.counter + 1).unwrap_or(1);
+        row.insert(attr::LEASE_KEY.into(), AttrValue::S(format!("{}{}", super::MEMBER_PREFIX, self.settings.owner)));
+        row.insert(attr::LEASE_OWNER.into(), AttrValue::S(self.settings.owner.clone()));
+        row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(self.settings.expiry_ms().to_string()));
+        row.insert(attr::LEASE_COUNTER.into(), AttrValue::N(counter.to_string()));
+        Ok(())
+    }
+
+    async fn leave(&self) -> Result<()> {
+        self.table.rows().remove(&format!("{}{}", super::MEMBER_PREFIX, self.settings.owner));
+        Ok(())
+    }
+
+    async fn remove_member(&self, member: &Member) -> Result<()> {
+        let key = format!("{}{}", super::MEMBER_PREFIX, member.owner);
+        let mut rows = self.table.rows();
+        let unchanged =
+            rows.get(&key).and_then(|row| decode_member(row).ok()).is_some_and(|m| m.counter == member.counter);
+        if !unchanged {
+            return Err(LeaseError::ConditionFailed { key: member_key(&member.owner), operation: "remove member" });
+        }
+        rows.remove(&key);
         Ok(())
     }
 }

@@ -27,7 +27,7 @@ pub use dynamo::{DynamoLeaseStore, ensure_table};
 pub use error::{LeaseError, Result};
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
-pub use row::{AttrValue, Attributes, Lease, Malformed, NewLease, attr};
+pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, attr};
 pub use settings::{LeaseSettings, unique_owner_id};
 
 /// Where a listing continues: the raw `lease_key` of the last row of the previous page.
@@ -41,6 +41,8 @@ pub struct LeasePage {
     pub leases: Vec<Lease>,
     /// Rows that could not be read, with their keys; callers skip and report them.
     pub malformed: Vec<Malformed>,
+    /// Membership rows of workers (see [`LeaseStore::heartbeat`]).
+    pub members: Vec<Member>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<PageToken>,
 }
@@ -84,8 +86,28 @@ pub trait LeaseStore: Send + Sync {
     /// same write when given. Refused unless this worker still holds the row at the counter of `held`.
     async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease>;
 
+    /// Hands a held lease straight to worker `to` (owner = `to`, counter + 1, handoff request cleared),
+    /// writing a final checkpoint in the same write when given. Refused unless this worker still holds
+    /// the row at the counter of `held`. `to` then takes it with [`acquire`](Self::acquire) at once.
+    async fn release_to(&self, held: &Lease, to: &str, final_checkpoint: Option<&Checkpoint>) -> Result<Lease>;
+
+    /// Asks the holder of `seen` to hand it over to this worker: sets `handoff_to` without moving the
+    /// counter, only if the row is unchanged since `seen` and carries no other request.
+    async fn request_handoff(&self, seen: &Lease) -> Result<Lease>;
+
     /// Deletes a row (cleanup of finished shards), only if it is unchanged since `seen` was read.
     async fn delete(&self, seen: &Lease) -> Result<()>;
+
+    /// Writes this worker's membership row (creating it, or moving its counter), so that other workers
+    /// count it as alive for a lease duration.
+    async fn heartbeat(&self) -> Result<()>;
+
+    /// Deletes this worker's membership row (on shutdown).
+    async fn leave(&self) -> Result<()>;
+
+    /// Deletes the membership row of a worker this store has seen silent for a lease duration, only if
+    /// its counter is still `member.counter`.
+    async fn remove_member(&self, member: &Member) -> Result<()>;
 
     /// Reads the whole table, page by page.
     async fn list(&self) -> Result<LeasePage> {
@@ -95,6 +117,7 @@ pub trait LeaseStore: Send + Sync {
             let page = self.list_page(start.as_ref(), DEFAULT_PAGE_SIZE).await?;
             all.leases.extend(page.leases);
             all.malformed.extend(page.malformed);
+            all.members.extend(page.members);
             match page.next {
                 Some(next) => start = Some(next),
                 None => return Ok(all),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
-use super::row::Lease;
+use super::row::{Lease, Member, member_key};
 use super::settings::LeaseSettings;
 
 #[derive(Debug, Clone, Copy)]
@@ -40,6 +40,18 @@ impl Observer {
     /// Forgets a row (deleted, or a write on it failed so the last copy is stale).
     pub(crate) fn forget(&self, key: &LeaseKey) {
         self.seen().remove(key);
+    }
+
+    /// Records a membership row read at monotonic time `now` and says whether the worker is alive: its
+    /// counter moved within the last lease duration (or was first seen less than one ago).
+    pub(crate) fn member_alive(&self, member: &Member, now: Duration, duration: Duration) -> bool {
+        let key = member_key(&member.owner);
+        let mut seen = self.seen();
+        let entry = seen.entry(key).or_insert(Seen { counter: member.counter, since: now });
+        if entry.counter != member.counter {
+            *entry = Seen { counter: member.counter, since: now };
+        }
+        now.saturating_sub(entry.since) < duration
     }
 
     /// Whether `settings.owner` may take `lease` now, judged only on this worker's observations.

@@ -24,7 +24,15 @@ pub mod attr {
     /// Shard ids of the shard's parents (SS), absent for a shard without parents. A child is read only
     /// after every parent has checkpoint `SHARD_END`.
     pub const PARENT_SHARD_IDS: &str = "parent_shard_ids";
+    /// A worker asking the holder to hand the lease over (S); written without moving the counter, so
+    /// it never disturbs the holder's renewals or anyone's expiry watch. Cleared by the handover.
+    pub const HANDOFF_TO: &str = "handoff_to";
 }
+
+/// `lease_key` prefix of membership rows: one per live worker, `#worker:<owner>`, renewed like a lease
+/// so workers can count each other. `#` cannot appear in a stream name, so these never collide with
+/// shard rows.
+pub const MEMBER_PREFIX: &str = "#worker:";
 
 /// One attribute value, in the subset of DynamoDB's types a lease row uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +65,8 @@ pub struct Lease {
     pub checkpoint: Checkpoint,
     /// The shard's parents, empty for a shard that has none.
     pub parent_shard_ids: Vec<String>,
+    /// A worker that asked the holder to hand this lease over.
+    pub handoff_to: Option<String>,
 }
 
 impl Lease {
@@ -144,7 +154,40 @@ pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
             return Err(malformed(format!("parent_shard_ids must be a string set, found {}", type_name(other))));
         }
     };
-    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids })
+    let handoff_to = string(attrs, attr::HANDOFF_TO).map_err(malformed)?;
+    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to })
+}
+
+/// A worker's membership row as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    /// The worker's owner id.
+    pub owner: String,
+    /// Incremented by every heartbeat.
+    pub counter: u64,
+    /// False once this reader has seen the counter unchanged for a whole lease duration.
+    pub alive: bool,
+}
+
+/// True when the row is a membership row rather than a shard's lease.
+pub fn is_member_row(attrs: &Attributes) -> bool {
+    matches!(attrs.get(attr::LEASE_KEY), Some(AttrValue::S(key)) if key.starts_with(MEMBER_PREFIX))
+}
+
+/// Reads a membership row (`alive` is left true; the store judges it).
+pub fn decode_member(attrs: &Attributes) -> Result<Member, Malformed> {
+    let malformed = |reason: String| Malformed { key: raw_key(attrs), reason };
+    let key = raw_key(attrs);
+    let owner = key.strip_prefix(MEMBER_PREFIX).unwrap_or_default().to_string();
+    let counter = number(attrs, attr::LEASE_COUNTER)
+        .map_err(malformed)?
+        .ok_or_else(|| malformed("lease_counter is missing".into()))?;
+    Ok(Member { owner, counter, alive: true })
+}
+
+/// The key under which a worker's membership row is kept (and observed).
+pub fn member_key(owner: &str) -> LeaseKey {
+    LeaseKey::new(MEMBER_PREFIX.trim_end_matches(':'), owner)
 }
 
 /// The attributes of a freshly created row (counter 0, no owner).

@@ -14,7 +14,7 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
-use super::row::{Lease, NewLease, attr, decode, encode_new};
+use super::row::{Lease, MEMBER_PREFIX, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row};
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
 use convert::{from_item, to_item};
@@ -54,6 +54,10 @@ impl DynamoLeaseStore {
 
     fn request<'a>(&'a self, key: Option<&'a LeaseKey>, operation: &'static str) -> Request<'a> {
         Request { table: &self.table, key, operation }
+    }
+
+    fn member_key_value(&self, owner: &str) -> AttributeValue {
+        AttributeValue::S(format!("{MEMBER_PREFIX}{owner}"))
     }
 
     fn key_value(key: &LeaseKey) -> AttributeValue {
@@ -152,7 +156,18 @@ impl LeaseStore for DynamoLeaseStore {
         let now = self.settings.clock.monotonic();
         let mut page = LeasePage::default();
         for item in out.items.unwrap_or_default() {
-            match decode(&from_item(&item)) {
+            let attrs = from_item(&item);
+            if is_member_row(&attrs) {
+                match decode_member(&attrs) {
+                    Ok(mut member) => {
+                        member.alive = self.observer.member_alive(&member, now, self.settings.duration);
+                        page.members.push(member);
+                    }
+                    Err(malformed) => page.malformed.push(malformed),
+                }
+                continue;
+            }
+            match decode(&attrs) {
                 Ok(lease) => {
                     self.observer.observe(&lease, now);
                     page.leases.push(lease);
@@ -212,13 +227,47 @@ impl LeaseStore for DynamoLeaseStore {
     async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
-        let mut expression = String::from("REMOVE lease_owner, lease_expiry SET lease_counter = lease_counter + :one");
+        let mut expression =
+            String::from("REMOVE lease_owner, lease_expiry, handoff_to SET lease_counter = lease_counter + :one");
         if let Some(checkpoint) = final_checkpoint {
             expression.push_str(", checkpoint = :checkpoint");
             values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
         }
         let update = Update { operation: "release", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
+    }
+
+    async fn release_to(&self, held: &Lease, to: &str, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
+        ensure_holder(held, &self.settings)?;
+        let mut values = self.holder_values(held);
+        values.push((":to", AttributeValue::S(to.into())));
+        values.push((":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())));
+        let mut expression = String::from(
+            "REMOVE handoff_to SET lease_owner = :to, lease_expiry = :expiry, lease_counter = lease_counter + :one",
+        );
+        if let Some(checkpoint) = final_checkpoint {
+            expression.push_str(", checkpoint = :checkpoint");
+            values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
+        }
+        let update = Update { operation: "release to", expression, condition: HOLDER_CONDITION, values };
+        self.update(&held.key, update).await
+    }
+
+    async fn request_handoff(&self, seen: &Lease) -> Result<Lease> {
+        let Some(holder) = &seen.owner else {
+            return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "request handoff" });
+        };
+        let update = Update {
+            operation: "request handoff",
+            expression: "SET handoff_to = :me".into(),
+            condition: "lease_counter = :counter AND lease_owner = :holder AND attribute_not_exists(handoff_to)",
+            values: vec![
+                (":me", AttributeValue::S(self.settings.owner.clone())),
+                (":counter", AttributeValue::N(seen.counter.to_string())),
+                (":holder", AttributeValue::S(holder.clone())),
+            ],
+        };
+        self.update(&seen.key, update).await
     }
 
     async fn delete(&self, seen: &Lease) -> Result<()> {
@@ -232,6 +281,49 @@ impl LeaseStore for DynamoLeaseStore {
             .await
             .map_err(|e| classify(e, self.request(Some(&seen.key), "delete")))?;
         self.observer.forget(&seen.key);
+        Ok(())
+    }
+
+    async fn heartbeat(&self) -> Result<()> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, self.member_key_value(&self.settings.owner))
+            .update_expression(
+                "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = if_not_exists(lease_counter, :zero) + :one",
+            )
+            .condition_expression("attribute_not_exists(lease_key) OR lease_owner = :me")
+            .expression_attribute_values(":me", AttributeValue::S(self.settings.owner.clone()))
+            .expression_attribute_values(":expiry", AttributeValue::N(self.settings.expiry_ms().to_string()))
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(None, "heartbeat")))?;
+        Ok(())
+    }
+
+    async fn leave(&self) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, self.member_key_value(&self.settings.owner))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(None, "leave")))?;
+        Ok(())
+    }
+
+    async fn remove_member(&self, member: &Member) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, self.member_key_value(&member.owner))
+            .condition_expression("lease_counter = :counter")
+            .expression_attribute_values(":counter", AttributeValue::N(member.counter.to_string()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(None, "remove member")))?;
         Ok(())
     }
 }

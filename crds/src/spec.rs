@@ -200,6 +200,9 @@ pub struct LeaseTimingSpec {
     /// How often a holder renews; must be shorter than `duration`. Default 3s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub renew_interval: Option<String>,
+    /// How often the worker reads the lease table to take free, expired or requested leases. Default 1s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan_interval: Option<String>,
     /// How often the shard list is refreshed (new shards, new streams). Default 10s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard_sync_interval: Option<String>,

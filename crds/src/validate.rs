@@ -30,6 +30,8 @@ pub struct ResolvedDurations {
     pub lease: Duration,
     /// `lease.renewInterval` (default 3 s).
     pub renew_interval: Duration,
+    /// `lease.scanInterval` (default 1 s).
+    pub scan_interval: Duration,
     /// `lease.shardSyncInterval` (default 10 s).
     pub shard_sync_interval: Duration,
     /// `lease.checkpointInterval` (default 1 s).
@@ -107,6 +109,12 @@ impl StreamConsumerSpec {
                 "spec.lease.renewInterval",
                 lease.renew_interval.as_ref(),
                 Duration::from_secs(3),
+            ),
+            scan_interval: duration(
+                &mut errors,
+                "spec.lease.scanInterval",
+                lease.scan_interval.as_ref(),
+                Duration::from_secs(1),
             ),
             shard_sync_interval: duration(
                 &mut errors,

@@ -43,6 +43,15 @@ pub enum LeaseError {
         /// The counter of the copy given.
         counter: u64,
     },
+    /// This worker has lost the lease: a renewal was refused, or its own deadline passed with a renewal
+    /// still in flight. Nothing more may be written or processed for it.
+    #[error("lease {key} is lost: {reason}")]
+    Lost {
+        /// The row.
+        key: LeaseKey,
+        /// Why.
+        reason: &'static str,
+    },
     /// Renew, checkpoint or release asked for a lease that this copy shows held by someone else.
     #[error("lease {key} is not held by {owner}")]
     NotOwner {
@@ -116,7 +125,10 @@ impl LeaseError {
     pub fn is_not_held(&self) -> bool {
         matches!(
             self,
-            LeaseError::ConditionFailed { .. } | LeaseError::HeldByOther { .. } | LeaseError::NotOwner { .. }
+            LeaseError::ConditionFailed { .. }
+                | LeaseError::HeldByOther { .. }
+                | LeaseError::NotOwner { .. }
+                | LeaseError::Lost { .. }
         )
     }
 }

@@ -1,8 +1,9 @@
 //! Sorting the SDK's errors into [`LeaseError`]s: a refused condition, throttling, timeouts, transport.
 
-use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
+use crate::aws::Fault;
 use crate::lease::error::LeaseError;
 use crate::lease::key::LeaseKey;
 
@@ -19,33 +20,26 @@ where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     let table = request.table.to_string();
-    match &error {
-        SdkError::TimeoutError(_) => return LeaseError::Timeout { table },
-        SdkError::DispatchFailure(failure) if failure.is_timeout() => return LeaseError::Timeout { table },
-        SdkError::DispatchFailure(_) | SdkError::ResponseError(_) | SdkError::ConstructionFailure(_) => {
-            let message = aws_smithy_types::error::display::DisplayErrorContext(&error).to_string();
-            return LeaseError::Transport { table, message };
-        }
-        _ => {}
+    let fault = crate::aws::classify(&error);
+    if fault.is_throttling() {
+        let message = match fault {
+            Fault::Service { message, .. } => message,
+            _ => String::new(),
+        };
+        return LeaseError::Throttled { table, message };
     }
-    let code = error.code().unwrap_or("Unknown").to_string();
-    let message = error.message().unwrap_or_default().to_string();
-    match code.as_str() {
-        "ConditionalCheckFailedException" => match request.key {
-            Some(key) => LeaseError::ConditionFailed { key: key.clone(), operation: request.operation },
-            None => LeaseError::Service { table, code, message, retryable: false },
+    match fault {
+        Fault::Timeout => LeaseError::Timeout { table },
+        Fault::Transport(message) => LeaseError::Transport { table, message },
+        Fault::Service { code, message, server_error } => match (code.as_str(), request.key) {
+            ("ConditionalCheckFailedException", Some(key)) => {
+                LeaseError::ConditionFailed { key: key.clone(), operation: request.operation }
+            }
+            ("ResourceNotFoundException", _) => LeaseError::TableNotFound { table },
+            ("InternalServerError" | "InternalFailure" | "ServiceUnavailable", _) => {
+                LeaseError::Service { table, code, message, retryable: true }
+            }
+            _ => LeaseError::Service { table, code, message, retryable: server_error },
         },
-        "ProvisionedThroughputExceededException"
-        | "RequestLimitExceeded"
-        | "ThrottlingException"
-        | "LimitExceededException" => LeaseError::Throttled { table, message },
-        "ResourceNotFoundException" => LeaseError::TableNotFound { table },
-        "InternalServerError" | "InternalFailure" | "ServiceUnavailable" => {
-            LeaseError::Service { table, code, message, retryable: true }
-        }
-        _ => {
-            let retryable = matches!(&error, SdkError::ServiceError(e) if e.raw().status().is_server_error());
-            LeaseError::Service { table, code, message, retryable }
-        }
     }
 }

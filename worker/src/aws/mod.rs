@@ -1,0 +1,8 @@
+//! AWS plumbing shared by the Kinesis and DynamoDB clients: SDK configuration from the spec, and the
+//! sorting of SDK errors into what callers act on.
+
+mod config;
+mod fault;
+
+pub use config::{dynamodb_client, kinesis_client, sdk_config};
+pub use fault::{Fault, classify};

@@ -1,0 +1,140 @@
+//! The worker's configuration file: a YAML document holding a `StreamConsumer` spec.
+
+use std::path::{Path, PathBuf};
+
+use leasehold_crds::{FieldError, ResolvedDurations, StartPosition, StreamConsumerSpec};
+use regex::Regex;
+
+use crate::discovery::StreamSelection;
+use crate::lease::{Checkpoint, LeaseKey};
+
+/// Why a configuration file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not a valid spec document.
+    #[error("invalid config {path}: spec.{field}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// Path of the offending field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The spec breaks one or more rules.
+    #[error("invalid config {path}:\n{}", errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every rule broken, each naming its field.
+        errors: Vec<FieldError>,
+    },
+}
+
+/// A validated configuration with everything resolved.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The spec as written.
+    pub spec: StreamConsumerSpec,
+    /// Its durations, defaults applied.
+    pub durations: ResolvedDurations,
+    /// Which streams (or shards) to read.
+    pub selection: StreamSelection,
+    /// Where shards without a checkpoint (and without parents) start.
+    pub root_start: Checkpoint,
+}
+
+impl WorkerConfig {
+    /// Reads and validates a configuration file.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates configuration text (`path` is only for messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let document = serde_yaml_ng::Deserializer::from_str(text);
+        let spec: StreamConsumerSpec = serde_path_to_error::deserialize(document).map_err(|e| {
+            let field = e.path().to_string();
+            ConfigError::Parse { path: path.into(), field, message: e.into_inner().to_string() }
+        })?;
+        let invalid = |errors| ConfigError::Invalid { path: path.into(), errors };
+        let durations = spec.validate().map_err(invalid)?;
+        let selection = selection(&spec).map_err(|e| invalid(vec![e]))?;
+        let root_start = match spec.start_position.unwrap_or(StartPosition::Latest) {
+            StartPosition::Latest => Checkpoint::Latest,
+            StartPosition::TrimHorizon => Checkpoint::TrimHorizon,
+            StartPosition::AtTimestamp => {
+                let text = spec.start_timestamp.as_deref().unwrap_or_default();
+                let time = humantime::parse_rfc3339_weak(text).map_err(|e| {
+                    invalid(vec![FieldError { field: "spec.startTimestamp".into(), message: e.to_string() }])
+                })?;
+                let ms = time.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+                Checkpoint::AtTimestamp(i64::try_from(ms).unwrap_or(i64::MAX))
+            }
+        };
+        Ok(Self { spec, durations, selection, root_start })
+    }
+}
+
+fn selection(spec: &StreamConsumerSpec) -> Result<StreamSelection, FieldError> {
+    if let Some(assignment) = spec.assignment.as_ref().filter(|a| !a.shards.is_empty()) {
+        let keys = assignment.shards.iter().filter_map(|s| LeaseKey::parse(s)).collect();
+        return Ok(StreamSelection::Assigned(keys));
+    }
+    if let Some(pattern) = &spec.stream_pattern {
+        let regex = Regex::new(pattern).map_err(|e| FieldError {
+            field: "spec.streamPattern".into(),
+            message: format!("not a regular expression: {e}"),
+        })?;
+        return Ok(StreamSelection::Pattern(regex));
+    }
+    Ok(StreamSelection::Named(spec.streams.iter().map(|s| s.name.clone()).collect()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<WorkerConfig, ConfigError> {
+        WorkerConfig::parse(text, Path::new("worker.yaml"))
+    }
+
+    #[test]
+    fn the_design_example_loads() {
+        let config = parse(
+            "streams: [{name: orders}]\naws: {region: us-east-1}\nleaseTable: {name: orders-leases}\n\
+             workers: {replicas: 2}\nstartPosition: TRIM_HORIZON\nlease: {duration: 10s, renewInterval: 3s}\n\
+             processor: {stdout: {}}\nordering: key\nconcurrency: 4\n",
+        )
+        .expect("valid");
+        assert_eq!(config.root_start, Checkpoint::TrimHorizon);
+        assert!(matches!(config.selection, StreamSelection::Named(ref names) if names == &["orders"]));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = parse("streams: [{name: orders}]\nprocessor: {stdout: {}}\nlease: {duration: 3}").unwrap_err();
+        assert!(err.to_string().contains("spec.lease.duration"), "{err}");
+        let err = parse("streams: [{name: orders}, {name: orders}]\nprocessor: {stdout: {}}").unwrap_err();
+        assert!(err.to_string().contains("spec.streams[1].name"), "{err}");
+        let err = parse("streams: [{name: orders}]\nprocessor: {stdout: {}}\nconcurency: 3").unwrap_err();
+        assert!(err.to_string().contains("concurency"), "{err}");
+        let err = parse("streamPattern: '('\nprocessor: {stdout: {}}").unwrap_err();
+        assert!(err.to_string().contains("spec.streamPattern"), "{err}");
+    }
+
+    #[test]
+    fn assignment_selects_exact_shards() {
+        let config = parse("assignment: {shards: ['orders:shardId-000000000001']}\nprocessor: {stdout: {}}").unwrap();
+        assert!(matches!(config.selection, StreamSelection::Assigned(ref keys) if keys.len() == 1));
+    }
+}

@@ -1,0 +1,225 @@
+//! Fair shares and who should take, ask for, or give which lease. Pure: every worker computes the same
+//! targets from the same view, so they agree without talking.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::discovery::parents_done;
+use crate::lease::{Lease, LeaseKey, Member};
+
+/// One worker's view of the table at a scan.
+#[derive(Debug)]
+pub struct View<'a> {
+    /// This worker's owner id.
+    pub me: &'a str,
+    /// Every lease row.
+    pub leases: &'a [Lease],
+    /// Every membership row, with liveness as judged by this worker.
+    pub members: &'a [Member],
+    /// Leases this worker is running now.
+    pub running: &'a HashSet<LeaseKey>,
+    /// Leases this worker asked to be handed over, still pending.
+    pub requested: &'a HashSet<LeaseKey>,
+}
+
+/// What this worker should do after a scan.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Moves {
+    /// This worker's fair share of the active leases.
+    pub target: usize,
+    /// Leases to try to acquire, in order: own rows not running, then free rows, then rows of workers
+    /// that are not alive (acquire itself decides whether they are expired).
+    pub take: Vec<Lease>,
+    /// Leases to ask their holders for.
+    pub ask: Vec<Lease>,
+    /// Running leases to hand over, with the asker.
+    pub give: Vec<(LeaseKey, String)>,
+}
+
+/// Leases that should be running somewhere: not finished, and every parent finished.
+pub fn active(leases: &[Lease]) -> Vec<&Lease> {
+    let by_key: HashMap<LeaseKey, &Lease> = leases.iter().map(|l| (l.key.clone(), l)).collect();
+    leases.iter().filter(|l| !l.checkpoint.is_shard_end() && parents_done(l, &by_key)).collect()
+}
+
+/// Each live worker's fair share of `total` leases: the total split evenly, the remainder going one
+/// each to the first workers in id order.
+pub fn targets(total: usize, workers: &[String]) -> BTreeMap<String, usize> {
+    let n = workers.len().max(1);
+    let (base, extra) = (total / n, total % n);
+    workers.iter().enumerate().map(|(i, w)| (w.clone(), base + usize::from(i < extra))).collect()
+}
+
+/// Decides this worker's moves from `view`.
+pub fn plan(view: &View<'_>) -> Moves {
+    let active = active(view.leases);
+    let mut workers: Vec<String> = view.members.iter().filter(|m| m.alive).map(|m| m.owner.clone()).collect();
+    workers.push(view.me.to_string());
+    workers.sort();
+    workers.dedup();
+    let alive: HashSet<&str> = workers.iter().map(String::as_str).collect();
+    let targets = targets(active.len(), &workers);
+    let target = targets.get(view.me).copied().unwrap_or(0);
+
+    let mut counts: HashMap<&str, usize> = HashMap::new();
+    for lease in &active {
+        if let Some(owner) = lease.owner.as_deref() {
+            *counts.entry(owner).or_default() += 1;
+        }
+    }
+    let mine = active.iter().filter(|l| view.running.contains(&l.key)).count();
+    let mut moves = Moves { target, ..Moves::default() };
+
+    // Own rows not running (handed to us, or ours before a restart under a stable id): always take.
+    moves.take.extend(
+        active.iter().filter(|l| l.is_held_by(view.me) && !view.running.contains(&l.key)).map(|l| (*l).clone()),
+    );
+    let mut deficit = target.saturating_sub(mine + moves.take.len() + view.requested.len());
+    let free = active.iter().filter(|l| l.owner.is_none());
+    let orphaned = active.iter().filter(|l| l.owner.as_deref().is_some_and(|o| !alive.contains(o)));
+    for lease in free.chain(orphaned).take(deficit) {
+        moves.take.push((*lease).clone());
+        deficit -= 1;
+    }
+
+    // Still short: ask the most loaded workers for their surplus.
+    let mut donors: Vec<(&str, usize)> = workers
+        .iter()
+        .filter(|w| w.as_str() != view.me)
+        .map(|w| (w.as_str(), counts.get(w.as_str()).copied().unwrap_or(0).saturating_sub(targets[w])))
+        .filter(|(_, surplus)| *surplus > 0)
+        .collect();
+    donors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    for (donor, surplus) in donors {
+        if deficit == 0 {
+            break;
+        }
+        let asked = active
+            .iter()
+            .filter(|l| l.is_held_by(donor) && l.handoff_to.is_none() && !view.requested.contains(&l.key))
+            .take(surplus.min(deficit))
+            .map(|l| (*l).clone())
+            .collect::<Vec<_>>();
+        deficit -= asked.len();
+        moves.ask.extend(asked);
+    }
+
+    // Requests for our leases: honour them while we hold more than our share, and only for live askers.
+    let mut surplus = mine.saturating_sub(target);
+    for lease in active.iter().filter(|l| view.running.contains(&l.key)) {
+        if surplus == 0 {
+            break;
+        }
+        if let Some(asker) = lease.handoff_to.as_deref()
+            && asker != view.me
+            && alive.contains(asker)
+        {
+            moves.give.push((lease.key.clone(), asker.to_string()));
+            surplus -= 1;
+        }
+    }
+    moves
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lease::Checkpoint;
+
+    fn lease(shard: usize, owner: Option<&str>) -> Lease {
+        Lease {
+            key: LeaseKey::new("s", format!("shardId-{shard:012}")),
+            owner: owner.map(String::from),
+            expiry_ms: None,
+            counter: 1,
+            checkpoint: Checkpoint::TrimHorizon,
+            parent_shard_ids: vec![],
+            handoff_to: None,
+        }
+    }
+
+    fn member(owner: &str, alive: bool) -> Member {
+        Member { owner: owner.into(), counter: 1, alive }
+    }
+
+    fn running(leases: &[Lease], me: &str) -> HashSet<LeaseKey> {
+        leases.iter().filter(|l| l.is_held_by(me)).map(|l| l.key.clone()).collect()
+    }
+
+    #[test]
+    fn targets_split_evenly_with_the_remainder_to_the_first_ids() {
+        let workers: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let t = targets(16, &workers);
+        assert_eq!((t["a"], t["b"], t["c"]), (6, 5, 5));
+        assert_eq!(t.values().sum::<usize>(), 16);
+    }
+
+    #[test]
+    fn a_lone_worker_takes_every_free_lease() {
+        let leases: Vec<Lease> = (0..4).map(|i| lease(i, None)).collect();
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "a", leases: &leases, members: &[], running: &empty, requested: &empty });
+        assert_eq!(moves.target, 4);
+        assert_eq!(moves.take.len(), 4);
+    }
+
+    #[test]
+    fn a_new_worker_asks_the_loaded_one_for_several_leases_at_once() {
+        let leases: Vec<Lease> = (0..16).map(|i| lease(i, Some("a"))).collect();
+        let members = [member("a", true), member("b", true), member("c", true), member("d", true)];
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "d", leases: &leases, members: &members, running: &empty, requested: &empty });
+        assert_eq!(moves.target, 4);
+        assert!(moves.take.is_empty());
+        assert_eq!(moves.ask.len(), 4, "one round asks for the whole deficit");
+        // The holder gives up to its surplus once asked.
+        let mut asked = leases.clone();
+        for l in asked.iter_mut().take(14) {
+            l.handoff_to = Some(if l.key.shard_id().ends_with('0') { "zombie".into() } else { "b".into() });
+        }
+        let run = running(&asked, "a");
+        let moves = plan(&View { me: "a", leases: &asked, members: &members, running: &run, requested: &empty });
+        assert_eq!(moves.give.len(), 12, "a keeps exactly its share of 4 and ignores dead askers");
+        assert!(moves.give.iter().all(|(_, to)| to == "b"));
+    }
+
+    #[test]
+    fn leases_of_dead_workers_are_taken_before_asking_anyone() {
+        let mut leases: Vec<Lease> = (0..4).map(|i| lease(i, Some("dead"))).collect();
+        leases.extend((4..8).map(|i| lease(i, Some("b"))));
+        let members = [member("b", true), member("dead", false)];
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "a", leases: &leases, members: &members, running: &empty, requested: &empty });
+        assert_eq!(moves.target, 4);
+        assert_eq!(moves.take.len(), 4);
+        assert!(moves.take.iter().all(|l| l.is_held_by("dead")));
+        assert!(moves.ask.is_empty());
+    }
+
+    #[test]
+    fn own_rows_are_always_taken_back_and_finished_or_waiting_shards_ignored() {
+        let mut leases = vec![lease(0, Some("a")), lease(1, None), lease(2, None)];
+        leases[1].checkpoint = Checkpoint::Sequence("1".into());
+        leases[2].parent_shard_ids = vec!["shardId-000000000001".into()];
+        let mut done = lease(3, None);
+        done.checkpoint = Checkpoint::ShardEnd;
+        leases.push(done);
+        let empty = HashSet::new();
+        let moves =
+            plan(&View { me: "a", leases: &leases, members: &[member("b", true)], running: &empty, requested: &empty });
+        assert_eq!(moves.target, 1, "two active leases (0 and 1) over two workers");
+        assert_eq!(
+            moves.take.iter().map(|l| l.key.shard_id().to_string()).collect::<Vec<_>>(),
+            vec!["shardId-000000000000"]
+        );
+    }
+
+    #[test]
+    fn pending_requests_count_against_the_deficit() {
+        let leases: Vec<Lease> = (0..8).map(|i| lease(i, Some("a"))).collect();
+        let members = [member("a", true), member("b", true)];
+        let requested: HashSet<LeaseKey> = leases.iter().take(3).map(|l| l.key.clone()).collect();
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "b", leases: &leases, members: &members, running: &empty, requested: &requested });
+        assert_eq!(moves.ask.len(), 1);
+    }
+}

@@ -1,0 +1,306 @@
+//! The coordinator: one per worker. It scans the lease table, takes free and expired leases, balances by
+//! cooperative handoff, renews what it holds, runs a reader per held shard, and gives everything back on
+//! shutdown.
+
+mod balance;
+mod held;
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::discovery::ShardSync;
+use crate::kinesis::Kinesis;
+use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
+use crate::processor::RecordProcessor;
+use crate::shard::{ReaderSettings, ShardExit, ShardReader};
+pub use balance::{Moves, View, active, plan, targets};
+pub use held::HeldLease;
+
+/// Coordinator timing and mode.
+#[derive(Debug, Clone)]
+pub struct CoordinatorSettings {
+    /// How often held leases are renewed (and the membership row beats).
+    pub renew_interval: Duration,
+    /// How often the table is read to take, ask for and give leases.
+    pub scan_interval: Duration,
+    /// How often the shard list is refreshed.
+    pub shard_sync_interval: Duration,
+    /// How long shards may take to finish in-flight records when given up.
+    pub graceful_timeout: Duration,
+    /// How long a handoff request is waited on before it may be made again.
+    pub handoff_timeout: Duration,
+    /// Shard reading.
+    pub reader: ReaderSettings,
+    /// Manual assignment: run exactly these shards, with no membership and no balancing.
+    pub assigned: Option<Vec<LeaseKey>>,
+}
+
+/// A shard being read by this worker.
+struct Running {
+    held: Arc<HeldLease>,
+    stop: CancellationToken,
+    give_to: Option<String>,
+    reader: JoinHandle<()>,
+}
+
+/// Runs one worker's share of a consumer group.
+pub struct Coordinator {
+    store: Arc<dyn LeaseStore>,
+    kinesis: Kinesis,
+    sync: ShardSync,
+    processor: Arc<dyn RecordProcessor>,
+    settings: CoordinatorSettings,
+    running: HashMap<LeaseKey, Running>,
+    requested: HashMap<LeaseKey, Instant>,
+    exits_tx: mpsc::UnboundedSender<(LeaseKey, ShardExit)>,
+    exits_rx: mpsc::UnboundedReceiver<(LeaseKey, ShardExit)>,
+    reported_malformed: HashSet<String>,
+    next_sync: Instant,
+    next_heartbeat: Instant,
+}
+
+impl Coordinator {
+    /// A coordinator over `store`, syncing shards with `sync` and processing with `processor`.
+    pub fn new(
+        store: Arc<dyn LeaseStore>,
+        kinesis: Kinesis,
+        sync: ShardSync,
+        processor: Arc<dyn RecordProcessor>,
+        settings: CoordinatorSettings,
+    ) -> Self {
+        let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        Self {
+            store,
+            kinesis,
+            sync,
+            processor,
+            settings,
+            running: HashMap::new(),
+            requested: HashMap::new(),
+            exits_tx,
+            exits_rx,
+            reported_malformed: HashSet::new(),
+            next_sync: Instant::now(),
+            next_heartbeat: Instant::now(),
+        }
+    }
+
+    fn owner(&self) -> &str {
+        &self.store.settings().owner
+    }
+
+    /// Runs until `shutdown` is cancelled, then finishes in-flight records (bounded by the graceful
+    /// timeout), checkpoints and releases every lease, and leaves the group.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        tracing::info!(owner = self.owner(), "worker started");
+        let mut scan = tokio::time::interval(self.settings.scan_interval);
+        scan.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break,
+                Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                _ = scan.tick() => self.tick().await,
+            }
+        }
+        self.shut_down().await;
+    }
+
+    async fn tick(&mut self) {
+        let now = Instant::now();
+        if self.settings.assigned.is_none() && now >= self.next_heartbeat {
+            if let Err(e) = self.store.heartbeat().await {
+                tracing::warn!(error = %e, "membership heartbeat failed; will retry");
+            }
+            self.next_heartbeat = now + self.settings.renew_interval;
+        }
+        let page = match self.store.list().await {
+            Ok(page) => page,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the lease table; will retry");
+                return;
+            }
+        };
+        for malformed in &page.malformed {
+            if self.reported_malformed.insert(malformed.key.clone()) {
+                tracing::error!(row = %malformed.key, reason = %malformed.reason, "malformed lease row skipped");
+            }
+        }
+        if now >= self.next_sync {
+            let report = self.sync.sync(self.store.as_ref(), &page.leases).await;
+            tracing::debug!(?report, "shard sync");
+            self.next_sync = now + self.settings.shard_sync_interval;
+        }
+        // A row that shows another owner means our lease is gone, whatever the renewer has seen so far.
+        for lease in &page.leases {
+            if let Some(running) = self.running.get(&lease.key)
+                && !lease.is_held_by(self.owner())
+            {
+                running.held.mark_lost("the table shows another owner");
+            }
+        }
+        let timeout = self.settings.handoff_timeout;
+        let running_keys: HashSet<LeaseKey> = self.running.keys().cloned().collect();
+        self.requested.retain(|key, at| !running_keys.contains(key) && at.elapsed() < timeout);
+        let moves = self.moves(&page.leases, &page.members, &running_keys);
+        for (key, to) in moves.give {
+            if let Some(running) = self.running.get_mut(&key)
+                && running.give_to.is_none()
+            {
+                tracing::info!(shard = %key, to, "handing lease over on request");
+                running.give_to = Some(to);
+                running.stop.cancel();
+                self.processor.shard_revoked(&key).await;
+            }
+        }
+        for lease in moves.take {
+            let sent = Instant::now();
+            match self.store.acquire(&lease).await {
+                Ok(acquired) => self.start(acquired, sent).await,
+                Err(e @ (LeaseError::HeldByOther { .. } | LeaseError::NotObserved { .. })) => {
+                    tracing::trace!(shard = %lease.key, error = %e, "not taken")
+                }
+                Err(e) if e.is_not_held() => {
+                    tracing::debug!(shard = %lease.key, error = %e, "lost the race for a lease")
+                }
+                Err(e) => tracing::warn!(shard = %lease.key, error = %e, "acquire failed"),
+            }
+        }
+        for lease in moves.ask {
+            match self.store.request_handoff(&lease).await {
+                Ok(_) => {
+                    tracing::info!(shard = %lease.key, holder = lease.owner.as_deref().unwrap_or("-"), "asked for a handoff");
+                    self.requested.insert(lease.key.clone(), Instant::now());
+                }
+                Err(e) => tracing::debug!(shard = %lease.key, error = %e, "handoff request not placed"),
+            }
+        }
+    }
+
+    fn moves(&self, leases: &[Lease], members: &[crate::lease::Member], running: &HashSet<LeaseKey>) -> Moves {
+        match &self.settings.assigned {
+            Some(assigned) => {
+                let take = leases
+                    .iter()
+                    .filter(|l| assigned.contains(&l.key) && !running.contains(&l.key) && !l.checkpoint.is_shard_end())
+                    .cloned()
+                    .collect();
+                Moves { target: assigned.len(), take, ..Moves::default() }
+            }
+            None => {
+                let requested: HashSet<LeaseKey> = self.requested.keys().cloned().collect();
+                plan(&View { me: self.owner(), leases, members, running, requested: &requested })
+            }
+        }
+    }
+
+    async fn start(&mut self, lease: Lease, sent: Instant) {
+        let key = lease.key.clone();
+        tracing::info!(shard = %key, checkpoint = %lease.checkpoint, counter = lease.counter, "lease acquired");
+        let held = Arc::new(HeldLease::new(self.store.clone(), lease.clone(), sent));
+        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval));
+        let stop = CancellationToken::new();
+        self.processor.shard_assigned(&key).await;
+        let reader = ShardReader {
+            kinesis: self.kinesis.clone(),
+            held: held.clone(),
+            processor: self.processor.clone(),
+            start: lease.checkpoint,
+            settings: self.settings.reader.clone(),
+            stop: stop.clone(),
+        };
+        let exits = self.exits_tx.clone();
+        let reader_key = key.clone();
+        let reader = tokio::spawn(async move {
+            let exit = reader.run().await;
+            let _ = exits.send((reader_key, exit));
+        });
+        self.running.insert(key, Running { held, stop, give_to: None, reader });
+    }
+
+    async fn on_exit(&mut self, key: LeaseKey, exit: ShardExit) {
+        let Some(running) = self.running.remove(&key) else { return };
+        let (final_checkpoint, to) = match exit {
+            ShardExit::Lost => {
+                tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
+                self.processor.shard_lost(&key).await;
+                return;
+            }
+            ShardExit::Ended => (None, None),
+            ShardExit::Stopped { last } => (Some(last), running.give_to.clone()),
+            ShardExit::Failed { reason, last } => {
+                tracing::error!(shard = %key, reason, "shard failed; releasing it");
+                (Some(last), None)
+            }
+        };
+        release(&running.held, final_checkpoint, to).await;
+    }
+
+    async fn shut_down(mut self) {
+        tracing::info!(owner = self.owner(), leases = self.running.len(), "shutting down: finishing in-flight records");
+        for (key, running) in &self.running {
+            running.stop.cancel();
+            self.processor.shard_revoked(key).await;
+        }
+        let deadline = Instant::now() + self.settings.graceful_timeout;
+        while !self.running.is_empty() {
+            tokio::select! {
+                Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        // Readers that did not finish in time are abandoned: their in-flight records are redelivered
+        // from the last record they completed.
+        for (key, running) in self.running.drain() {
+            tracing::warn!(shard = %key, "in-flight records did not finish in time; abandoning them");
+            running.reader.abort();
+            let progress = running.held.progress();
+            release(&running.held, Some(progress), None).await;
+        }
+        if self.settings.assigned.is_none()
+            && let Err(e) = self.store.leave().await
+        {
+            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
+        }
+        tracing::info!("worker stopped");
+    }
+}
+
+async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Option<String>) {
+    let key = held.key().clone();
+    match held.release(final_checkpoint.clone(), to.clone()).await {
+        Ok(_) => match to {
+            Some(to) => tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, "lease handed over"),
+            None => tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released"),
+        },
+        Err(e) => tracing::warn!(shard = %key, error = %e, "release failed; the lease will expire instead"),
+    }
+}
+
+/// Renews `held` every `interval` until it is lost or released. A failed renewal is retried soon; the
+/// lease is lost when the table refuses it or its deadline passes first.
+async fn renew_until_lost(held: Arc<HeldLease>, interval: Duration) {
+    let retry = (interval / 4).min(Duration::from_millis(500));
+    let mut wait = interval;
+    loop {
+        let wake = (Instant::now() + wait).min(held.deadline());
+        tokio::select! {
+            _ = held.lost().cancelled() => return,
+            _ = tokio::time::sleep_until(wake) => {}
+        }
+        match held.renew().await {
+            Ok(_) => wait = interval,
+            Err(_) if held.lost().is_cancelled() => return,
+            Err(e) => {
+                tracing::warn!(shard = %held.key(), error = %e, "renewal failed; retrying");
+                wait = retry;
+            }
+        }
+    }
+}

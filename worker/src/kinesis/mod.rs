@@ -1,0 +1,225 @@
+//! The Kinesis calls a worker makes: listing streams and shards, iterators, GetRecords.
+
+use std::sync::Arc;
+
+use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_kinesis::primitives::DateTime;
+use aws_sdk_kinesis::types::ShardIteratorType;
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use bytes::Bytes;
+
+use crate::aws::Fault;
+use crate::processor::Record;
+
+/// Result of a Kinesis call.
+pub type Result<T, E = KinesisError> = std::result::Result<T, E>;
+
+/// What went wrong with a Kinesis call.
+#[derive(Debug, thiserror::Error)]
+pub enum KinesisError {
+    /// The stream does not exist (or is being deleted).
+    #[error("stream {stream} not found: {message}")]
+    StreamNotFound {
+        /// The stream.
+        stream: String,
+        /// The service's message.
+        message: String,
+    },
+    /// The shard iterator is older than 5 minutes; get a new one.
+    #[error("shard iterator expired")]
+    ExpiredIterator,
+    /// Throttled (per-shard read limits, or the control-plane call limits). Retry with backoff.
+    #[error("kinesis throttled the request: {0}")]
+    Throttled(String),
+    /// Timed out or failed in transport; retry.
+    #[error("kinesis request failed in transport: {0}")]
+    Transport(String),
+    /// Any other service error.
+    #[error("kinesis error {code}: {message}")]
+    Service {
+        /// Error code.
+        code: String,
+        /// The service's message.
+        message: String,
+        /// True for 5xx.
+        retryable: bool,
+    },
+}
+
+impl KinesisError {
+    /// True for failures worth retrying after a backoff.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            KinesisError::Throttled(_) | KinesisError::Transport(_) | KinesisError::ExpiredIterator => true,
+            KinesisError::Service { retryable, .. } => *retryable,
+            KinesisError::StreamNotFound { .. } => false,
+        }
+    }
+
+    fn from_sdk<E>(error: SdkError<E, HttpResponse>, stream: &str) -> Self
+    where
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let fault = crate::aws::classify(&error);
+        if fault.is_throttling() {
+            return KinesisError::Throttled(error.message().unwrap_or("throttled").to_string());
+        }
+        match fault {
+            Fault::Timeout => KinesisError::Transport("request timed out".into()),
+            Fault::Transport(message) => KinesisError::Transport(message),
+            Fault::Service { code, message, server_error } => match code.as_str() {
+                "ResourceNotFoundException" => KinesisError::StreamNotFound { stream: stream.into(), message },
+                "ExpiredIteratorException" => KinesisError::ExpiredIterator,
+                _ => KinesisError::Service { code, message, retryable: server_error },
+            },
+        }
+    }
+}
+
+/// One shard as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardInfo {
+    /// Its id.
+    pub id: String,
+    /// Its parent and adjacent parent (after a split: one; after a merge: two).
+    pub parents: Vec<String>,
+    /// True once it no longer takes writes (it has an ending sequence number).
+    pub closed: bool,
+}
+
+/// Where an iterator starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartAt {
+    /// Just after this sequence number.
+    AfterSequence(String),
+    /// The oldest retained record.
+    TrimHorizon,
+    /// Records written from now on.
+    Latest,
+    /// Records at or after this time (epoch ms).
+    AtTimestamp(i64),
+}
+
+/// One GetRecords answer.
+#[derive(Debug, Clone)]
+pub struct Batch {
+    /// The records, in shard order.
+    pub records: Vec<Record>,
+    /// Where to read next; `None` once a closed shard has been read to its end.
+    pub next_iterator: Option<String>,
+    /// How far behind the tip this read was (emulators always say 0).
+    pub millis_behind: Option<i64>,
+}
+
+/// A Kinesis client for the worker's calls.
+#[derive(Debug, Clone)]
+pub struct Kinesis {
+    client: Client,
+}
+
+impl Kinesis {
+    /// Wraps an SDK client.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+
+    /// The SDK client (for producers and tests).
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Every stream in the account and region, following paging.
+    pub async fn list_streams(&self) -> Result<Vec<String>> {
+        let mut names = Vec::new();
+        let mut start: Option<String> = None;
+        loop {
+            let out = self
+                .client
+                .list_streams()
+                .set_exclusive_start_stream_name(start.clone())
+                .send()
+                .await
+                .map_err(|e| KinesisError::from_sdk(e, "*"))?;
+            let more = out.has_more_streams;
+            let page = out.stream_names;
+            let last = page.last().cloned();
+            names.extend(page);
+            match (more, last) {
+                (true, Some(last)) => start = Some(last),
+                _ => return Ok(names),
+            }
+        }
+    }
+
+    /// Every shard of `stream` (open and closed but retained), following NextToken paging.
+    pub async fn list_shards(&self, stream: &str) -> Result<Vec<ShardInfo>> {
+        let mut shards = Vec::new();
+        let mut token: Option<String> = None;
+        loop {
+            // With a NextToken the API refuses the stream name.
+            let request = match &token {
+                Some(token) => self.client.list_shards().next_token(token),
+                None => self.client.list_shards().stream_name(stream),
+            };
+            let out = request.send().await.map_err(|e| KinesisError::from_sdk(e, stream))?;
+            for shard in out.shards.unwrap_or_default() {
+                let parents = [shard.parent_shard_id, shard.adjacent_parent_shard_id].into_iter().flatten().collect();
+                let closed = shard.sequence_number_range.and_then(|r| r.ending_sequence_number).is_some();
+                shards.push(ShardInfo { id: shard.shard_id, parents, closed });
+            }
+            match out.next_token {
+                Some(next) if !next.is_empty() => token = Some(next),
+                _ => return Ok(shards),
+            }
+        }
+    }
+
+    /// A shard iterator starting at `start`.
+    pub async fn iterator(&self, stream: &str, shard_id: &str, start: &StartAt) -> Result<Option<String>> {
+        let request = self.client.get_shard_iterator().stream_name(stream).shard_id(shard_id);
+        let request = match start {
+            StartAt::AfterSequence(sequence) => {
+                request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).starting_sequence_number(sequence)
+            }
+            StartAt::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+            StartAt::Latest => request.shard_iterator_type(ShardIteratorType::Latest),
+            StartAt::AtTimestamp(ms) => {
+                request.shard_iterator_type(ShardIteratorType::AtTimestamp).timestamp(DateTime::from_millis(*ms))
+            }
+        };
+        let out = request.send().await.map_err(|e| KinesisError::from_sdk(e, stream))?;
+        Ok(out.shard_iterator)
+    }
+
+    /// One GetRecords call.
+    pub async fn get_records(
+        &self,
+        stream: &Arc<str>,
+        shard_id: &Arc<str>,
+        iterator: &str,
+        limit: i32,
+    ) -> Result<Batch> {
+        let out = self
+            .client
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(limit)
+            .send()
+            .await
+            .map_err(|e| KinesisError::from_sdk(e, stream))?;
+        let records = out
+            .records
+            .into_iter()
+            .map(|r| Record {
+                stream: stream.clone(),
+                shard_id: shard_id.clone(),
+                sequence_number: r.sequence_number,
+                partition_key: r.partition_key,
+                data: Bytes::from(r.data.into_inner()),
+                arrival_ms: r.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()),
+            })
+            .collect();
+        Ok(Batch { records, next_iterator: out.next_shard_iterator, millis_behind: out.millis_behind_latest })
+    }
+}

@@ -1,0 +1,86 @@
+//! `leasehold-worker --config FILE`: runs one worker of a Kinesis consumer group.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use leasehold_worker::config::WorkerConfig;
+use leasehold_worker::runtime;
+use tokio_util::sync::CancellationToken;
+
+/// Runs one worker of a Leasehold consumer: reads the shards it leases and processes their records.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// YAML file holding a StreamConsumer spec.
+    #[arg(long)]
+    config: PathBuf,
+    /// Lease owner id (default: spec.ownerId, else a fresh id per process).
+    #[arg(long)]
+    owner_id: Option<String>,
+    /// Log format on standard error.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    let config = match WorkerConfig::load(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let owner = runtime::owner_id(&config, args.owner_id);
+    let processor = match runtime::processor(&config, &owner) {
+        Ok(processor) => processor,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let shutdown = CancellationToken::new();
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    match runtime::run(config, owner, processor, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "worker failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,56 @@
+//! Record processors: what a worker does with each record. The binary picks one from the spec; a Rust
+//! program can bring its own by implementing [`RecordProcessor`].
+
+mod stdout;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+
+use crate::lease::LeaseKey;
+pub use stdout::StdoutProcessor;
+
+/// One Kinesis record as handed to a processor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// The stream it was read from.
+    pub stream: Arc<str>,
+    /// The shard it was read from.
+    pub shard_id: Arc<str>,
+    /// Its sequence number (unique within the shard, increasing).
+    pub sequence_number: String,
+    /// Its partition key.
+    pub partition_key: String,
+    /// Its payload.
+    pub data: Bytes,
+    /// When Kinesis accepted it (epoch ms), when known.
+    pub arrival_ms: Option<i64>,
+}
+
+/// A processor's failure on one record.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct ProcessError(pub String);
+
+/// Business logic plugged into a worker.
+///
+/// `process` may be called again for a record after a crash or a lost lease (delivery is
+/// at-least-once). The lifecycle calls say which shards the processor currently owns.
+#[async_trait]
+pub trait RecordProcessor: Send + Sync {
+    /// Processes one record; an error makes the worker retry it.
+    async fn process(&self, record: &Record) -> Result<(), ProcessError>;
+
+    /// This worker now owns `shard`.
+    async fn shard_assigned(&self, _shard: &LeaseKey) {}
+
+    /// `shard` is being given up gracefully (handoff or shutdown); its progress will be checkpointed.
+    async fn shard_revoked(&self, _shard: &LeaseKey) {}
+
+    /// `shard` was lost (another worker took it); nothing more may be checkpointed for it.
+    async fn shard_lost(&self, _shard: &LeaseKey) {}
+
+    /// `shard` has been read to its end and checkpointed `SHARD_END`.
+    async fn shard_ended(&self, _shard: &LeaseKey) {}
+}

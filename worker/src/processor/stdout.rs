@@ -1,0 +1,82 @@
+//! The `stdout` processor: one JSON object per record and line, for demos and debugging.
+
+use std::io::Write;
+
+use async_trait::async_trait;
+use base64::Engine;
+use serde::Serialize;
+
+use super::{ProcessError, Record, RecordProcessor};
+
+/// Prints `{"stream","shardId","sequenceNumber","partitionKey","data" (base64),"owner"}` per record.
+#[derive(Debug, Clone)]
+pub struct StdoutProcessor {
+    owner: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct Line<'a> {
+    stream: &'a str,
+    shard_id: &'a str,
+    sequence_number: &'a str,
+    partition_key: &'a str,
+    data: String,
+    owner: &'a str,
+}
+
+impl StdoutProcessor {
+    /// A processor printing as worker `owner`.
+    pub fn new(owner: impl Into<String>) -> Self {
+        Self { owner: owner.into() }
+    }
+
+    /// The JSON line for `record`, without the newline.
+    pub fn line(&self, record: &Record) -> Result<String, ProcessError> {
+        let line = Line {
+            stream: &record.stream,
+            shard_id: &record.shard_id,
+            sequence_number: &record.sequence_number,
+            partition_key: &record.partition_key,
+            data: base64::engine::general_purpose::STANDARD.encode(&record.data),
+            owner: &self.owner,
+        };
+        serde_json::to_string(&line).map_err(|e| ProcessError(e.to_string()))
+    }
+}
+
+#[async_trait]
+impl RecordProcessor for StdoutProcessor {
+    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+        let mut line = self.line(record)?;
+        line.push('\n');
+        // One write per line keeps lines whole when several shards print at once.
+        std::io::stdout().lock().write_all(line.as_bytes()).map_err(|e| ProcessError(format!("stdout: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn prints_the_documented_fields() {
+        let record = Record {
+            stream: Arc::from("orders"),
+            shard_id: Arc::from("shardId-000000000001"),
+            sequence_number: "4959".into(),
+            partition_key: "customer-7".into(),
+            data: bytes::Bytes::from_static(b"hello"),
+            arrival_ms: None,
+        };
+        let line = StdoutProcessor::new("w1").line(&record).unwrap();
+        let value: serde_json::Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            value,
+            serde_json::json!({"stream": "orders", "shardId": "shardId-000000000001", "sequenceNumber": "4959",
+                "partitionKey": "customer-7", "data": "aGVsbG8=", "owner": "w1"})
+        );
+    }
+}

@@ -137,14 +137,21 @@ install() {
 
 pki() {
   if [ -f "$PKI/ca.crt" ] && [ -f "$PKI/apiserver.crt" ] && [ -f "$PKI/admin.crt" ] &&
-    [ -f "$PKI/controller-manager.crt" ] && [ -f "$PKI/sa.key" ]; then return 0; fi
+    [ -f "$PKI/controller-manager.crt" ] && [ -f "$PKI/front-proxy-client.crt" ] && [ -f "$PKI/sa.key" ]; then
+    return 0
+  fi
   need openssl "apt-get install openssl"
   rm -rf "$PKI"
   mkdir -p "$PKI"
   chmod 700 "$PKI"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout "$PKI/ca.key" -out "$PKI/ca.crt" \
-    -subj "/CN=leasehold-ca" -addext "basicConstraints=critical,CA:TRUE" \
-    -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null || die "openssl: CA failed"
+  local ca
+  # ca signs the serving and client certificates; front-proxy-ca only the aggregation-layer proxy client
+  # (requestheader authentication), as kubeadm does.
+  for ca in ca front-proxy-ca; do
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -keyout "$PKI/$ca.key" -out "$PKI/$ca.crt" \
+      -subj "/CN=leasehold-$ca" -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign,digitalSignature" 2>/dev/null || die "openssl: $ca failed"
+  done
   issue_cert apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
@@ -154,17 +161,18 @@ keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=clientAuth"
   issue_cert admin "/O=system:masters/CN=leasehold-admin" "$client"
   issue_cert controller-manager "/CN=system:kube-controller-manager" "$client"
+  issue_cert front-proxy-client "/CN=front-proxy-client" "$client" front-proxy-ca
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null || die "openssl: service-account key failed"
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null || die "openssl: service-account key failed"
   chmod 600 "$PKI"/*.key
 }
 
-issue_cert() { # name subject extensions; signed by $PKI/ca
-  local k="$PKI/$1"
+issue_cert() { # name subject extensions [ca]; signed by $PKI/ca unless another CA is named
+  local k="$PKI/$1" ca="$PKI/${4:-ca}"
   openssl req -newkey rsa:2048 -nodes -keyout "$k.key" -out "$k.csr" -subj "$2" 2>/dev/null ||
     die "openssl: $1 request failed"
   printf '%s\n' "$3" > "$k.ext"
-  openssl x509 -req -in "$k.csr" -CA "$PKI/ca.crt" -CAkey "$PKI/ca.key" -CAcreateserial -days 3650 \
+  openssl x509 -req -in "$k.csr" -CA "$ca.crt" -CAkey "$ca.key" -CAcreateserial -days 3650 \
     -extfile "$k.ext" -out "$k.crt" 2>/dev/null || die "openssl: signing $1 failed"
   rm -f "$k.csr" "$k.ext"
 }
@@ -271,11 +279,25 @@ start() {
     --bind-address 127.0.0.1 --secure-port "$api_port" --cert-dir "$CP" \
     --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
     --client-ca-file "$PKI/ca.crt" \
+    --requestheader-client-ca-file "$PKI/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI/front-proxy-client.crt" --proxy-client-key-file "$PKI/front-proxy-client.key" \
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" \
     --authorization-mode RBAC)"
   write_state "$etcd_pid" "$api_pid" "" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
+
+  # The controller manager starts once /readyz is ok: before that its identity has no RBAC roles yet
+  # (the bootstrap-roles post-start hook) and it exits.
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  until readyz "$api_port"; do
+    pid_alive "$etcd_pid" || fail "etcd exited during start"
+    pid_alive "$api_pid" || fail "kube-apiserver exited during start"
+    [ $SECONDS -lt $deadline ] || fail "kube-apiserver /readyz not ok within $READY_TIMEOUT s"
+    sleep 0.5
+  done
 
   kcm_pid="$(spawn kube-controller-manager "$BIN/kube-controller-manager" \
     --kubeconfig "$CP/controller-manager.kubeconfig" \
@@ -288,26 +310,20 @@ start() {
     --service-cluster-ip-range "$SERVICE_CIDR")"
   write_state "$etcd_pid" "$api_pid" "$kcm_pid" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
 
-  # Ready means: /readyz is ok, and the controller manager works (it has created the default
-  # ServiceAccount, without which Pods in a namespace are not admitted).
-  local deadline=$((SECONDS + READY_TIMEOUT)) ready=""
-  while [ $SECONDS -lt $deadline ]; do
+  # The controller manager works once it has created the default ServiceAccount (without it, Pods
+  # in a namespace are not admitted).
+  until curl -sf --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
+    "https://127.0.0.1:$api_port/api/v1/namespaces/default/serviceaccounts/default" >/dev/null 2>&1; do
     pid_alive "$etcd_pid" || fail "etcd exited during start"
     pid_alive "$api_pid" || fail "kube-apiserver exited during start"
     pid_alive "$kcm_pid" || fail "kube-controller-manager exited during start"
-    if [ -z "$ready" ] && readyz "$api_port"; then ready=1; fi
-    if [ -n "$ready" ] && curl -sf --max-time 3 --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" \
-      --key "$PKI/admin.key" "https://127.0.0.1:$api_port/api/v1/namespaces/default/serviceaccounts/default" \
-      >/dev/null 2>&1; then
-      log "control plane ready in $((SECONDS - deadline + READY_TIMEOUT)) s: https://127.0.0.1:$api_port" \
-        "(etcd :$etcd_port, controller-manager :$kcm_port)"
-      log "KUBECONFIG=$KUBECONFIG_FILE"
-      return 0
-    fi
+    [ $SECONDS -lt $deadline ] ||
+      fail "kube-controller-manager did not create the default ServiceAccount within $READY_TIMEOUT s"
     sleep 0.5
   done
-  if [ -z "$ready" ]; then fail "kube-apiserver /readyz not ok within $READY_TIMEOUT s"; fi
-  fail "kube-controller-manager did not create the default ServiceAccount within $READY_TIMEOUT s"
+  log "control plane ready in $((SECONDS - deadline + READY_TIMEOUT)) s: https://127.0.0.1:$api_port" \
+    "(etcd :$etcd_port, controller-manager :$kcm_port)"
+  log "KUBECONFIG=$KUBECONFIG_FILE"
 }
 
 write_state() { # etcd_pid api_pid kcm_pid etcd_port peer_port api_port kcm_port

@@ -5,6 +5,8 @@
 //! nothing here ever skips a test.
 
 mod fault;
+pub mod kinesis;
+pub mod process;
 
 pub use fault::{Fault, FaultServer, closed_endpoint};
 

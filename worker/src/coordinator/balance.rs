@@ -26,9 +26,12 @@ pub struct View<'a> {
 pub struct Moves {
     /// This worker's fair share of the active leases.
     pub target: usize,
-    /// Leases to try to acquire, in order: own rows not running, then free rows, then rows of workers
-    /// that are not alive (acquire itself decides whether they are expired).
+    /// Leases to acquire: own rows not running, then free rows up to the deficit.
     pub take: Vec<Lease>,
+    /// Other workers' leases, to take if `acquire` finds them expired (their counter unchanged for a
+    /// lease duration): an expired lease needs a home at once, whatever the shares say; balance is
+    /// restored afterwards by handoff. Rows of workers no longer alive come first.
+    pub expired_candidates: Vec<Lease>,
     /// Leases to ask their holders for.
     pub ask: Vec<Lease>,
     /// Running leases to hand over, with the asker.
@@ -74,12 +77,17 @@ pub fn plan(view: &View<'_>) -> Moves {
         active.iter().filter(|l| l.is_held_by(view.me) && !view.running.contains(&l.key)).map(|l| (*l).clone()),
     );
     let mut deficit = target.saturating_sub(mine + moves.take.len() + view.requested.len());
-    let free = active.iter().filter(|l| l.owner.is_none());
-    let orphaned = active.iter().filter(|l| l.owner.as_deref().is_some_and(|o| !alive.contains(o)));
-    for lease in free.chain(orphaned).take(deficit) {
+    for lease in active.iter().filter(|l| l.owner.is_none()).take(deficit) {
         moves.take.push((*lease).clone());
         deficit -= 1;
     }
+    let mut others: Vec<&Lease> = active
+        .iter()
+        .filter(|l| l.owner.as_deref().is_some_and(|o| o != view.me) && !view.requested.contains(&l.key))
+        .copied()
+        .collect();
+    others.sort_by_key(|l| l.owner.as_deref().is_some_and(|o| alive.contains(o)));
+    moves.expired_candidates = others.into_iter().cloned().collect();
 
     // Still short: ask the most loaded workers for their surplus.
     let mut donors: Vec<(&str, usize)> = workers
@@ -183,16 +191,16 @@ mod tests {
     }
 
     #[test]
-    fn leases_of_dead_workers_are_taken_before_asking_anyone() {
-        let mut leases: Vec<Lease> = (0..4).map(|i| lease(i, Some("dead"))).collect();
-        leases.extend((4..8).map(|i| lease(i, Some("b"))));
+    fn leases_of_dead_workers_are_the_first_expiry_candidates() {
+        let mut leases: Vec<Lease> = (4..8).map(|i| lease(i, Some("b"))).collect();
+        leases.extend((0..4).map(|i| lease(i, Some("dead"))));
         let members = [member("b", true), member("dead", false)];
         let empty = HashSet::new();
         let moves = plan(&View { me: "a", leases: &leases, members: &members, running: &empty, requested: &empty });
         assert_eq!(moves.target, 4);
-        assert_eq!(moves.take.len(), 4);
-        assert!(moves.take.iter().all(|l| l.is_held_by("dead")));
-        assert!(moves.ask.is_empty());
+        assert!(moves.take.is_empty());
+        assert_eq!(moves.expired_candidates.len(), 8);
+        assert!(moves.expired_candidates[..4].iter().all(|l| l.is_held_by("dead")));
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub struct Coordinator {
     reported_malformed: HashSet<String>,
     next_sync: Instant,
     next_heartbeat: Instant,
+    /// When the soonest lease seen held by another worker could count as expired: scanned then rather
+    /// than at the next regular tick, so failover does not wait out a scan interval.
+    next_expiry: Option<Instant>,
 }
 
 impl Coordinator {
@@ -88,6 +91,7 @@ impl Coordinator {
             reported_malformed: HashSet::new(),
             next_sync: Instant::now(),
             next_heartbeat: Instant::now(),
+            next_expiry: None,
         }
     }
 
@@ -107,6 +111,7 @@ impl Coordinator {
                 _ = shutdown.cancelled() => break,
                 Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
                 _ = scan.tick() => self.tick().await,
+                _ = sleep_until_some(self.next_expiry) => self.tick().await,
             }
         }
         self.shut_down().await;
@@ -269,6 +274,14 @@ impl Coordinator {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
         }
         tracing::info!("worker stopped");
+    }
+}
+
+/// Sleeps until `at`, or forever when there is nothing to wait for.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -143,7 +143,10 @@ mod tests {
         // A held parent is never deleted; an unlisted finished shard is.
         let held = Lease { owner: Some("w".into()), ..parent.clone() };
         assert!(plan(&listing, &[held], &Checkpoint::Latest).delete.is_empty());
-        assert_eq!(plan(&[("s".to_string(), vec![])], std::slice::from_ref(&parent), &Checkpoint::Latest).delete, vec![parent]);
+        assert_eq!(
+            plan(&[("s".to_string(), vec![])], std::slice::from_ref(&parent), &Checkpoint::Latest).delete,
+            vec![parent]
+        );
     }
 
     #[test]

@@ -1,0 +1,103 @@
+//! Kinesis helpers for tests: producing numbered records, splitting and merging shards.
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::Client;
+use aws_sdk_kinesis::primitives::Blob;
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamStatus};
+
+/// Record `n` of key `key`, as the tests write it: data `"<key>:<n>"`, partition key `key`.
+pub fn numbered(key: &str, n: u64) -> (String, Vec<u8>) {
+    (key.to_string(), format!("{key}:{n}").into_bytes())
+}
+
+/// Writes `records` (partition key, data) in order, 500 per PutRecords call, retrying failed entries
+/// so that every record is stored, and in order per key.
+pub async fn put_records(client: &Client, stream: &str, records: &[(String, Vec<u8>)]) {
+    for chunk in records.chunks(500) {
+        // Records of one key must land in order, so a partial failure resends from the first failed
+        // entry onwards.
+        let mut pending: Vec<&(String, Vec<u8>)> = chunk.iter().collect();
+        for attempt in 0..20 {
+            let entries = pending
+                .iter()
+                .map(|(key, data)| {
+                    PutRecordsRequestEntry::builder()
+                        .partition_key(key)
+                        .data(Blob::new(data.clone()))
+                        .build()
+                        .expect("entry")
+                })
+                .collect::<Vec<_>>();
+            let out = client.put_records().stream_name(stream).set_records(Some(entries)).send().await;
+            match out {
+                Ok(out) => {
+                    let first_failed = out.records.iter().position(|r| r.error_code.is_some());
+                    match first_failed {
+                        None => break,
+                        Some(i) => pending = pending.split_off(i),
+                    }
+                }
+                Err(e) if attempt < 19 => eprintln!("put_records retry: {e}"),
+                Err(e) => panic!("put_records to {stream}: {e:?}"),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Waits until `stream` is ACTIVE again (after a split or merge).
+pub async fn wait_active(client: &Client, stream: &str) {
+    for _ in 0..200 {
+        let summary = client.describe_stream_summary().stream_name(stream).send().await;
+        let status = summary.ok().and_then(|s| s.stream_description_summary).map(|s| s.stream_status);
+        if status == Some(StreamStatus::Active) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("stream {stream} did not become ACTIVE");
+}
+
+/// The open shards of `stream` with their hash key ranges (start, end).
+pub async fn open_shards(client: &Client, stream: &str) -> Vec<(String, u128, u128)> {
+    let out = client.list_shards().stream_name(stream).send().await.expect("list shards");
+    out.shards
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|s| s.sequence_number_range.as_ref().and_then(|r| r.ending_sequence_number.as_ref()).is_none())
+        .map(|s| {
+            let range = s.hash_key_range.expect("hash range");
+            (s.shard_id, range.starting_hash_key.parse().expect("start"), range.ending_hash_key.parse().expect("end"))
+        })
+        .collect()
+}
+
+/// Splits `shard` in the middle of its hash key range and waits for the stream to settle.
+pub async fn split(client: &Client, stream: &str, shard: &str) {
+    let (_, start, end) =
+        open_shards(client, stream).await.into_iter().find(|(id, _, _)| id == shard).expect("open shard");
+    let middle = start + (end - start) / 2 + 1;
+    client
+        .split_shard()
+        .stream_name(stream)
+        .shard_to_split(shard)
+        .new_starting_hash_key(middle.to_string())
+        .send()
+        .await
+        .expect("split shard");
+    wait_active(client, stream).await;
+}
+
+/// Merges two adjacent open shards and waits for the stream to settle.
+pub async fn merge(client: &Client, stream: &str, shard: &str, adjacent: &str) {
+    client
+        .merge_shards()
+        .stream_name(stream)
+        .shard_to_merge(shard)
+        .adjacent_shard_to_merge(adjacent)
+        .send()
+        .await
+        .expect("merge shards");
+    wait_active(client, stream).await;
+}

@@ -1,0 +1,186 @@
+//! Worker processes for end-to-end tests: spawn the real binary with a config file, collect what it
+//! prints (records on stdout, JSON logs on stderr) with the time each line arrived, and signal it.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+
+/// One record a worker printed with the stdout processor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivery {
+    /// Stream read.
+    pub stream: String,
+    /// Shard read.
+    pub shard_id: String,
+    /// Sequence number.
+    pub sequence_number: String,
+    /// Partition key.
+    pub partition_key: String,
+    /// Payload as text.
+    pub data: String,
+    /// The worker that processed it.
+    pub owner: String,
+    /// When the test saw the line.
+    pub seen_at: Instant,
+}
+
+type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
+
+/// A running `leasehold-worker` process; killed when dropped.
+pub struct WorkerProcess {
+    /// Its owner id (passed with `--owner-id`).
+    pub owner: String,
+    child: Child,
+    stdout: Lines,
+    stderr: Lines,
+    _config: PathBuf,
+}
+
+fn collect(reader: impl std::io::Read + Send + 'static) -> Lines {
+    let lines: Lines = Arc::default();
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines().map_while(Result::ok) {
+            sink.lock().expect("lines").push((Instant::now(), line));
+        }
+    });
+    lines
+}
+
+impl WorkerProcess {
+    /// Starts `binary --config <file with config_yaml> --owner-id <owner>`, with test AWS credentials.
+    pub fn spawn(binary: &Path, config_yaml: &str, owner: &str) -> Self {
+        let dir = std::env::temp_dir().join("leasehold-tests");
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let config = dir.join(format!("{}.yaml", crate::unique_name(owner)));
+        std::fs::write(&config, config_yaml).expect("write config");
+        let mut child = Command::new(binary)
+            .arg("--config")
+            .arg(&config)
+            .arg("--owner-id")
+            .arg(owner)
+            .env("AWS_ACCESS_KEY_ID", "leasehold-test")
+            .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
+            .env("AWS_REGION", "us-east-1")
+            .env("RUST_LOG", std::env::var("LEASEHOLD_TEST_WORKER_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
+        let stdout = collect(child.stdout.take().expect("stdout"));
+        let stderr = collect(child.stderr.take().expect("stderr"));
+        Self { owner: owner.to_string(), child, stdout, stderr, _config: config }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal by name (`TERM`, `KILL`, `STOP`, `CONT`).
+    pub fn signal(&self, name: &str) {
+        let status = Command::new("kill").arg(format!("-{name}")).arg(self.pid().to_string()).status().expect("kill");
+        assert!(status.success(), "kill -{name} {} failed", self.pid());
+    }
+
+    /// Waits up to `timeout` for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let until = Instant::now() + timeout;
+        while Instant::now() < until {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// Every record printed so far.
+    pub fn deliveries(&self) -> Vec<Delivery> {
+        let lines = self.stdout.lock().expect("lines").clone();
+        lines
+            .into_iter()
+            .filter_map(|(seen_at, line)| {
+                let value: serde_json::Value = serde_json::from_str(&line).ok()?;
+                let text = |name: &str| value.get(name).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+                let data = base64::engine::general_purpose::STANDARD.decode(text("data")).ok()?;
+                Some(Delivery {
+                    stream: text("stream"),
+                    shard_id: text("shardId"),
+                    sequence_number: text("sequenceNumber"),
+                    partition_key: text("partitionKey"),
+                    data: String::from_utf8_lossy(&data).into_owned(),
+                    owner: text("owner"),
+                    seen_at,
+                })
+            })
+            .collect()
+    }
+
+    /// Every JSON log line on stderr so far, with when it arrived.
+    pub fn logs(&self) -> Vec<(Instant, serde_json::Value)> {
+        let lines = self.stderr.lock().expect("lines").clone();
+        lines.into_iter().filter_map(|(at, line)| serde_json::from_str(&line).ok().map(|v| (at, v))).collect()
+    }
+
+    /// Raw stderr, for failure messages.
+    pub fn stderr_text(&self) -> String {
+        self.stderr.lock().expect("lines").iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Log lines whose `message` equals `message`, with their `shard` field.
+    pub fn events(&self, message: &str) -> Vec<(Instant, String)> {
+        self.logs()
+            .into_iter()
+            .filter(|(_, v)| v.get("message").and_then(|m| m.as_str()) == Some(message))
+            .map(|(at, v)| (at, v.get("shard").and_then(|s| s.as_str()).unwrap_or_default().to_string()))
+            .collect()
+    }
+
+    /// Shards this worker holds now, judged from its `lease acquired` and release/loss logs.
+    pub fn held_shards(&self) -> Vec<String> {
+        let mut held: Vec<(Instant, String, bool)> = Vec::new();
+        for (at, shard) in self.events("lease acquired") {
+            held.push((at, shard, true));
+        }
+        for message in ["lease released", "lease handed over", "lease lost", "shard ended"] {
+            for (at, shard) in self.events(message) {
+                held.push((at, shard, false));
+            }
+        }
+        held.sort_by_key(|(at, _, _)| *at);
+        let mut now: Vec<String> = Vec::new();
+        for (_, shard, acquired) in held {
+            now.retain(|s| *s != shard);
+            if acquired {
+                now.push(shard);
+            }
+        }
+        now.sort();
+        now
+    }
+}
+
+impl Drop for WorkerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until `condition` holds, checking every 100 ms, or panics with `what` after `timeout`.
+pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if condition() {
+            return started.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}

@@ -1,0 +1,148 @@
+//! Shared pieces of the worker's end-to-end tests: configs for the emulators, the worker binary, and
+//! checks over what the workers printed.
+
+#![allow(dead_code)]
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+
+use leasehold_testkit::process::{Delivery, WorkerProcess};
+
+/// Timing for tests: short leases so failover is quick, fast scans so balancing is too.
+pub const FAST_TIMING: &str = "lease: {duration: 2s, renewInterval: 500ms, scanInterval: 250ms, shardSyncInterval: 1s, \
+                               checkpointInterval: 200ms, gracefulTimeout: 3s}\nreader: {idleTime: 100ms}\n";
+
+/// A worker config for `stream` on the emulators; `table` None means the memory store.
+pub fn config(stream: &str, table: Option<&str>, extra: &str) -> String {
+    let kinesis = leasehold_testkit::endpoint(leasehold_testkit::Service::Kinesis);
+    let dynamodb = leasehold_testkit::endpoint(leasehold_testkit::Service::DynamoDb);
+    let table = table.map(|t| format!("leaseTable: {{name: {t}}}\n")).unwrap_or_default();
+    format!(
+        "streams: [{{name: {stream}}}]\naws: {{region: us-east-1, kinesisEndpoint: '{kinesis}', dynamodbEndpoint: '{dynamodb}'}}\n\
+         {table}processor: {{stdout: {{}}}}\n{FAST_TIMING}{extra}"
+    )
+}
+
+/// Starts a worker process of the binary under test.
+pub fn spawn(config: &str, owner: &str) -> WorkerProcess {
+    WorkerProcess::spawn(Path::new(env!("CARGO_BIN_EXE_leasehold-worker")), config, owner)
+}
+
+/// Every record `keys` x `per_key` as written by [`leasehold_testkit::kinesis::numbered`], numbered from
+/// `first`.
+pub fn records(keys: usize, first: u64, per_key: u64) -> Vec<(String, Vec<u8>)> {
+    let mut out = Vec::new();
+    for n in first..first + per_key {
+        for k in 0..keys {
+            out.push(leasehold_testkit::kinesis::numbered(&format!("key-{k}"), n));
+        }
+    }
+    out
+}
+
+/// Kinesis sequence numbers compared as the big decimal numbers they are.
+pub fn sequence_cmp(a: &str, b: &str) -> Ordering {
+    a.len().cmp(&b.len()).then_with(|| a.cmp(b))
+}
+
+fn number(delivery: &Delivery) -> u64 {
+    delivery
+        .data
+        .rsplit(':')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("bad data {}", delivery.data))
+}
+
+/// All deliveries of all workers.
+pub fn all_deliveries(workers: &[&WorkerProcess]) -> Vec<Delivery> {
+    workers.iter().flat_map(|w| w.deliveries()).collect()
+}
+
+/// Distinct records delivered (by data).
+pub fn distinct(deliveries: &[Delivery]) -> HashSet<String> {
+    deliveries.iter().map(|d| d.data.clone()).collect()
+}
+
+/// Every expected record was delivered at least once.
+pub fn assert_complete(deliveries: &[Delivery], expected: &[(String, Vec<u8>)]) {
+    let seen = distinct(deliveries);
+    let missing: Vec<String> =
+        expected.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).filter(|d| !seen.contains(d)).collect();
+    assert!(
+        missing.is_empty(),
+        "{} records never delivered, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
+}
+
+/// Within each worker, each key's records arrive in increasing order (a worker reads each shard in
+/// order, and a key lives on one shard at a time).
+pub fn assert_per_key_order(workers: &[&WorkerProcess]) {
+    for worker in workers {
+        let mut last: HashMap<String, u64> = HashMap::new();
+        let mut last_shard: HashMap<String, String> = HashMap::new();
+        for d in worker.deliveries() {
+            let n = number(&d);
+            // A shard re-taken by the same worker after losing it restarts from its checkpoint.
+            let restarted = last_shard.get(&d.partition_key).is_some_and(|s| *s != d.shard_id);
+            if let Some(prev) = last.get(&d.partition_key)
+                && !restarted
+            {
+                assert!(
+                    n > *prev || worker_retook(worker, &d),
+                    "{}: key {} went {prev} -> {n}",
+                    worker.owner,
+                    d.partition_key
+                );
+            }
+            last.insert(d.partition_key.clone(), n);
+            last_shard.insert(d.partition_key.clone(), d.shard_id.clone());
+        }
+    }
+}
+
+fn worker_retook(worker: &WorkerProcess, delivery: &Delivery) -> bool {
+    let shard = format!("{}:{}", delivery.stream, delivery.shard_id);
+    worker.events("lease acquired").iter().filter(|(_, s)| *s == shard).count() > 1
+}
+
+/// Per shard, in the order the test saw them: owners take turns in blocks, and each new owner starts
+/// no later than just after the previous owner's last record (no gap), repeating at most what came
+/// after the last checkpoint. Returns the number of redelivered records.
+pub fn check_handovers(deliveries: &[Delivery]) -> usize {
+    let mut by_shard: BTreeMap<String, Vec<&Delivery>> = BTreeMap::new();
+    for d in deliveries {
+        by_shard.entry(format!("{}:{}", d.stream, d.shard_id)).or_default().push(d);
+    }
+    let mut redelivered = 0;
+    for (shard, mut list) in by_shard {
+        list.sort_by_key(|d| d.seen_at);
+        let mut seen: HashSet<&str> = HashSet::new();
+        for d in &list {
+            if !seen.insert(d.sequence_number.as_str()) {
+                redelivered += 1;
+            }
+        }
+        // Within one owner's turn, sequence numbers increase.
+        let mut turn_owner = "";
+        let mut last_seq = "";
+        for d in &list {
+            if d.owner != turn_owner {
+                turn_owner = &d.owner;
+            } else {
+                assert_eq!(
+                    sequence_cmp(&d.sequence_number, last_seq),
+                    Ordering::Greater,
+                    "{shard}: {} went back from {last_seq} to {}",
+                    d.owner,
+                    d.sequence_number
+                );
+            }
+            last_seq = &d.sequence_number;
+        }
+    }
+    redelivered
+}

@@ -226,7 +226,7 @@ running() {
 # Starts "$@" detached in its own session, output to log $1, and prints its PID.
 spawn() { # logname cmd...
   local name="$1"; shift
-  setsid "$@" >"$CP/$name.log" 2>&1 </dev/null &
+  setsid "$@" >"$CP/$name.log" 2>&1 </dev/null 9>&- &
   echo $!
 }
 
@@ -246,7 +246,7 @@ start() {
   need curl "apt-get install curl"
   mkdir -p "$CP"
   pki
-  rm -rf "$CP/etcd-data" "$CP/controller-manager-certs"
+  rm -rf "$CP/etcd-data" "$CP/controller-manager-certs" "$CP/flexvolume"
 
   local etcd_port peer_port api_port kcm_port
   etcd_port="$(free_port)"; peer_port="$(free_port)"; api_port="$(free_port)"; kcm_port="$(free_port)"
@@ -307,7 +307,7 @@ start() {
     --leader-elect=false --controllers '*' --use-service-account-credentials \
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-    --service-cluster-ip-range "$SERVICE_CIDR")"
+    --service-cluster-ip-range "$SERVICE_CIDR" --flex-volume-plugin-dir "$CP/flexvolume")"
   write_state "$etcd_pid" "$api_pid" "$kcm_pid" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
 
   # The controller manager works once it has created the default ServiceAccount (without it, Pods
@@ -363,10 +363,18 @@ stop() {
   fi
 }
 
+# One start or stop at a time (test binaries may all call `start`). fd 9 is closed for the spawned
+# processes, so the lock is released when this script exits.
+lock() {
+  need flock "apt-get install util-linux"
+  exec 9>"$LEASEHOLD_STATE/control-plane.lock"
+  flock -w 900 9 || die "another control-plane.sh holds $LEASEHOLD_STATE/control-plane.lock"
+}
+
 case "${1:-}" in
-  install) install ;;
-  start) start ;;
-  stop) stop ;;
+  install) lock; install ;;
+  start) lock; start ;;
+  stop) lock; stop ;;
   status) if running; then echo "$KUBECONFIG_FILE"; exit 0; fi
           echo "control plane not running" >&2; exit 1 ;;
   env) running || die "control plane not running: run tests/ground/control-plane.sh start"

@@ -164,13 +164,16 @@ impl Coordinator {
                 self.processor.shard_revoked(&key).await;
             }
         }
-        for lease in moves.take {
+        self.next_expiry = None;
+        for lease in moves.take.into_iter().chain(moves.expired_candidates) {
             let sent = Instant::now();
             match self.store.acquire(&lease).await {
                 Ok(acquired) => self.start(acquired, sent).await,
-                Err(e @ (LeaseError::HeldByOther { .. } | LeaseError::NotObserved { .. })) => {
-                    tracing::trace!(shard = %lease.key, error = %e, "not taken")
+                Err(LeaseError::HeldByOther { remaining, .. }) => {
+                    let at = Instant::now() + remaining;
+                    self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
                 }
+                Err(e @ LeaseError::NotObserved { .. }) => tracing::trace!(shard = %lease.key, error = %e, "not taken"),
                 Err(e) if e.is_not_held() => {
                     tracing::debug!(shard = %lease.key, error = %e, "lost the race for a lease")
                 }

@@ -146,3 +146,43 @@ pub fn check_handovers(deliveries: &[Delivery]) -> usize {
     }
     redelivered
 }
+
+/// Writes one record per key every `every`, numbering each key's records 0, 1, 2, ..., until stopped;
+/// `stop()` returns everything written.
+pub struct Producer {
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<Vec<(String, Vec<u8>)>>,
+}
+
+impl Producer {
+    /// Starts writing to `stream`.
+    pub fn start(client: aws_sdk_kinesis::Client, stream: &str, keys: usize, every: std::time::Duration) -> Self {
+        let stop = tokio_util::sync::CancellationToken::new();
+        let token = stop.clone();
+        let stream = stream.to_string();
+        let task = tokio::spawn(async move {
+            let mut written = Vec::new();
+            let mut n = 0;
+            while !token.is_cancelled() {
+                let batch = records(keys, n, 1);
+                leasehold_testkit::kinesis::put_records(&client, &stream, &batch).await;
+                written.extend(batch);
+                n += 1;
+                tokio::time::sleep(every).await;
+            }
+            written
+        });
+        Self { stop, task }
+    }
+
+    /// Stops writing and returns every record written.
+    pub async fn stop(self) -> Vec<(String, Vec<u8>)> {
+        self.stop.cancel();
+        self.task.await.expect("producer task")
+    }
+}
+
+/// When `worker` logged `message` for `shard` (the last time).
+pub fn event_time(worker: &WorkerProcess, message: &str, shard: &str) -> Option<std::time::Instant> {
+    worker.events(message).into_iter().filter(|(_, s)| s == shard).map(|(at, _)| at).max()
+}

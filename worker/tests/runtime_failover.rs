@@ -1,0 +1,136 @@
+//! Failures of worker processes: kill -9, SIGTERM, SIGSTOP past the lease. Lease 2 s, renew 500 ms,
+//! scan 250 ms (see `common::FAST_TIMING`).
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold_testkit::process::{WorkerProcess, wait_for};
+
+const LEASE: Duration = Duration::from_secs(2);
+const RENEW: Duration = Duration::from_millis(500);
+const SCAN: Duration = Duration::from_millis(250);
+
+async fn balanced_pair(shards: i32, prefix: &str) -> (aws_sdk_kinesis::Client, String, [WorkerProcess; 2]) {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, prefix, shards).await;
+    let table = leasehold_testkit::unique_name(prefix);
+    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let workers = [spawn(&config, &format!("{prefix}-a")), spawn(&config, &format!("{prefix}-b"))];
+    let half = usize::try_from(shards / 2).unwrap();
+    wait_for("two workers balanced", Duration::from_secs(30), || workers.iter().all(|w| w.held_shards().len() == half));
+    (kinesis, stream, workers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew() {
+    let (kinesis, stream, [mut victim, survivor]) = balanced_pair(4, "kill").await;
+    let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let orphaned = victim.held_shards();
+    victim.signal("KILL");
+    let killed_at = Instant::now();
+    victim.wait_exit(Duration::from_secs(5)).expect("killed");
+    wait_for("survivor holds every shard", Duration::from_secs(15), || survivor.held_shards().len() == 4);
+    for shard in &orphaned {
+        let taken = event_time(&survivor, "lease acquired", shard).expect("taken over");
+        let failover = taken.duration_since(killed_at);
+        println!("{shard}: failover {failover:?}");
+        assert!(
+            failover <= LEASE + RENEW + SCAN,
+            "{shard} took {failover:?} to move (lease {LEASE:?} + renew {RENEW:?})"
+        );
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written = producer.stop().await;
+    wait_for("every record delivered", Duration::from_secs(30), || {
+        distinct(&all_deliveries(&[&victim, &survivor])).len() >= written.len()
+    });
+    let deliveries = all_deliveries(&[&victim, &survivor]);
+    assert_complete(&deliveries, &written);
+    assert_per_key_order(&[&victim, &survivor]);
+    // Redeliveries come only from the victim's last uncheckpointed stretch: for each shard, the
+    // survivor's repeats are a suffix of what the victim delivered.
+    for shard in &orphaned {
+        let of = |w: &WorkerProcess| -> Vec<String> {
+            w.deliveries()
+                .into_iter()
+                .filter(|d| format!("{}:{}", d.stream, d.shard_id) == *shard)
+                .map(|d| d.sequence_number)
+                .collect()
+        };
+        let (before, after) = (of(&victim), of(&survivor));
+        let after_set: HashSet<&String> = after.iter().collect();
+        let repeated: Vec<&String> = before.iter().filter(|s| after_set.contains(s)).collect();
+        let suffix: Vec<&String> = before.iter().rev().take(repeated.len()).rev().collect();
+        assert_eq!(repeated, suffix, "{shard}: repeats must be the victim's last records only");
+        println!("{shard}: {} of {} redelivered after the crash", repeated.len(), before.len());
+        assert!(
+            repeated.len() <= 150,
+            "{shard}: {} redelivered; checkpoints every 200 ms should bound this",
+            repeated.len()
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_moves_shards_at_once_without_duplicates() {
+    let (kinesis, stream, [mut leaver, stayer]) = balanced_pair(4, "term").await;
+    let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let moving = leaver.held_shards();
+    leaver.signal("TERM");
+    let termed_at = Instant::now();
+    let status = leaver.wait_exit(Duration::from_secs(10)).expect("leaver exits");
+    assert!(status.success(), "graceful exit: {status:?}\n{}", leaver.stderr_text());
+    wait_for("stayer holds every shard", Duration::from_secs(10), || stayer.held_shards().len() == 4);
+    for shard in &moving {
+        let moved = event_time(&stayer, "lease acquired", shard).expect("taken").duration_since(termed_at);
+        println!("{shard}: moved {moved:?} after SIGTERM");
+        assert!(moved < LEASE / 2, "{shard} took {moved:?}: a graceful move must be well inside one lease");
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let written = producer.stop().await;
+    wait_for("every record delivered", Duration::from_secs(30), || {
+        distinct(&all_deliveries(&[&leaver, &stayer])).len() >= written.len()
+    });
+    let deliveries = all_deliveries(&[&leaver, &stayer]);
+    assert_complete(&deliveries, &written);
+    assert_per_key_order(&[&leaver, &stayer]);
+    assert_eq!(check_handovers(&deliveries), 0, "a graceful shutdown checkpoints before releasing: no repeats");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume() {
+    let (kinesis, stream, [sleeper, other]) = balanced_pair(4, "stop").await;
+    let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let lost = sleeper.held_shards();
+    sleeper.signal("STOP");
+    wait_for("other takes every shard", Duration::from_secs(15), || other.held_shards().len() == 4);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let resumed_at = Instant::now();
+    sleeper.signal("CONT");
+    wait_for("sleeper notices its losses", Duration::from_secs(5), || {
+        lost.iter().all(|shard| event_time(&sleeper, "lease lost", shard).is_some_and(|at| at >= resumed_at))
+    });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let late: Vec<_> = sleeper
+        .deliveries()
+        .into_iter()
+        .filter(|d| d.seen_at > resumed_at + Duration::from_millis(100))
+        .filter(|d| lost.contains(&format!("{}:{}", d.stream, d.shard_id)))
+        .filter(|d| {
+            event_time(&sleeper, "lease acquired", &format!("{}:{}", d.stream, d.shard_id))
+                .is_none_or(|at| at < resumed_at)
+        })
+        .collect();
+    assert!(late.is_empty(), "processed {} records of lost shards after resuming, e.g. {:?}", late.len(), late.first());
+    let written = producer.stop().await;
+    wait_for("every record delivered", Duration::from_secs(30), || {
+        distinct(&all_deliveries(&[&sleeper, &other])).len() >= written.len()
+    });
+    assert_complete(&all_deliveries(&[&sleeper, &other]), &written);
+}

@@ -1,0 +1,159 @@
+//! Scaling out and resharding under consumption.
+
+mod common;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold_testkit::kinesis::{merge, open_shards, split};
+use leasehold_testkit::process::wait_for;
+
+const LEASE: Duration = Duration::from_secs(2);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_to_four_workers_on_sixteen_shards_converge_within_two_leases() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "scale", 16).await;
+    let table = leasehold_testkit::unique_name("scale");
+    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let first = spawn(&config, "scale-1");
+    wait_for("the first worker holds all 16", Duration::from_secs(30), || first.held_shards().len() == 16);
+    let joined_at = Instant::now();
+    let others = [spawn(&config, "scale-2"), spawn(&config, "scale-3"), spawn(&config, "scale-4")];
+    let all: Vec<_> = std::iter::once(&first).chain(others.iter()).collect();
+    let mut double_held = Vec::new();
+    let converged = wait_for("4 each (+-1)", Duration::from_secs(20), || {
+        let held: Vec<Vec<String>> = all.iter().map(|w| w.held_shards()).collect();
+        let flat: Vec<&String> = held.iter().flatten().collect();
+        if flat.iter().collect::<HashSet<_>>().len() != flat.len() {
+            double_held.push(held.clone());
+        }
+        held.iter().all(|h| (3..=5).contains(&h.len())) && flat.len() == 16
+    });
+    println!("converged {converged:?} after three workers joined");
+    assert!(double_held.is_empty(), "a shard was held by two workers at once: {:?}", double_held.first());
+    assert!(joined_at.elapsed() <= 2 * LEASE + Duration::from_millis(500), "took {:?}", joined_at.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_and_merge_keep_key_order_and_lose_nothing() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "reshard", 2).await;
+    let table = leasehold_testkit::unique_name("reshard");
+    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let workers = [spawn(&config, "reshard-1"), spawn(&config, "reshard-2")];
+    let refs: Vec<_> = workers.iter().collect();
+    let producer = Producer::start(kinesis.clone(), &stream, 30, Duration::from_millis(50));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    split(&kinesis, &stream, "shardId-000000000000").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    // Children of shard 0 are 2 (lower half) and 3 (upper half); 3 is adjacent to shard 1.
+    let open: Vec<String> = open_shards(&kinesis, &stream).await.into_iter().map(|(id, _, _)| id).collect();
+    assert!(open.contains(&"shardId-000000000003".to_string()), "open after split: {open:?}");
+    merge(&kinesis, &stream, "shardId-000000000003", "shardId-000000000001").await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = producer.stop().await;
+    wait_for("every record delivered", Duration::from_secs(60), || {
+        distinct(&all_deliveries(&refs)).len() >= written.len()
+    });
+    let deliveries = all_deliveries(&refs);
+    assert_complete(&deliveries, &written);
+
+    // Per key, first deliveries in the order the test saw them carry increasing numbers, across the
+    // parent -> child change.
+    let mut first_seen: BTreeMap<String, Vec<(Instant, u64, String)>> = BTreeMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut sorted = deliveries.clone();
+    sorted.sort_by_key(|d| d.seen_at);
+    for d in &sorted {
+        if seen.insert(d.data.clone()) {
+            let n: u64 = d.data.rsplit(':').next().unwrap().parse().unwrap();
+            first_seen.entry(d.partition_key.clone()).or_default().push((d.seen_at, n, d.shard_id.clone()));
+        }
+    }
+    let mut shards_per_key: HashMap<String, HashSet<String>> = HashMap::new();
+    for (key, list) in &first_seen {
+        for pair in list.windows(2) {
+            assert!(
+                pair[1].1 > pair[0].1,
+                "key {key}: {} ({}) after {} ({})",
+                pair[1].1,
+                pair[1].2,
+                pair[0].1,
+                pair[0].2
+            );
+        }
+        shards_per_key.entry(key.clone()).or_default().extend(list.iter().map(|(_, _, s)| s.clone()));
+    }
+    let crossed = shards_per_key.values().filter(|s| s.len() >= 2).count();
+    assert!(crossed > 0, "no key moved between shards: the test did not exercise resharding");
+    // Children started only after their parents ended.
+    let ended =
+        |shard: &str| workers.iter().filter_map(|w| event_time(w, "shard ended", &format!("{stream}:{shard}"))).min();
+    let started = |shard: &str| {
+        workers
+            .iter()
+            .flat_map(|w| w.events("lease acquired"))
+            .filter(|(_, s)| *s == format!("{stream}:{shard}"))
+            .map(|(at, _)| at)
+            .min()
+    };
+    for (child, parents) in [
+        ("shardId-000000000002", vec!["shardId-000000000000"]),
+        ("shardId-000000000004", vec!["shardId-000000000003", "shardId-000000000001"]),
+    ] {
+        let child_start = started(child).unwrap_or_else(|| panic!("{child} never started"));
+        for parent in parents {
+            let parent_end = ended(parent).unwrap_or_else(|| panic!("{parent} never ended"));
+            assert!(child_start > parent_end, "{child} started before its parent {parent} ended");
+        }
+    }
+    println!("{crossed} keys crossed a reshard; {} deliveries for {} records", deliveries.len(), written.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_store_restarts_at_latest_unless_told_otherwise() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "memory", 2).await;
+    let before = records(5, 0, 4);
+    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &before).await;
+    let latest = config(&stream, None, "");
+    let run = |cfg: &str, owner: &str| spawn(cfg, owner);
+
+    let mut first = run(&latest, "mem-1");
+    wait_for("holds both shards", Duration::from_secs(20), || first.held_shards().len() == 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let during = records(5, 100, 2);
+    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &during).await;
+    wait_for("new records delivered", Duration::from_secs(20), || distinct(&first.deliveries()).len() >= during.len());
+    first.signal("TERM");
+    first.wait_exit(Duration::from_secs(10)).expect("exits");
+    let delivered = distinct(&first.deliveries());
+    assert!(
+        before.iter().all(|(_, d)| !delivered.contains(&String::from_utf8_lossy(d).into_owned())),
+        "LATEST skips old records"
+    );
+    assert_complete(&first.deliveries(), &during);
+
+    // A restart remembers nothing: it starts at the tip again.
+    let while_down = records(5, 200, 2);
+    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &while_down).await;
+    let second = run(&latest, "mem-2");
+    wait_for("holds both shards", Duration::from_secs(20), || second.held_shards().len() == 2);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = records(5, 300, 2);
+    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &after).await;
+    wait_for("new records delivered", Duration::from_secs(20), || distinct(&second.deliveries()).len() >= after.len());
+    let delivered = distinct(&second.deliveries());
+    assert!(while_down.iter().all(|(_, d)| !delivered.contains(&String::from_utf8_lossy(d).into_owned())));
+    assert_complete(&second.deliveries(), &after);
+
+    // With startPosition TRIM_HORIZON a restart reads everything retained.
+    let third = run(&config(&stream, None, "startPosition: TRIM_HORIZON\n"), "mem-3");
+    let everything: Vec<_> = before.iter().chain(&during).chain(&while_down).chain(&after).cloned().collect();
+    wait_for("everything delivered", Duration::from_secs(20), || {
+        distinct(&third.deliveries()).len() >= everything.len()
+    });
+    assert_complete(&third.deliveries(), &everything);
+}

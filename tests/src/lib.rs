@@ -7,6 +7,7 @@
 mod fault;
 pub mod kinesis;
 pub mod process;
+pub mod proxy;
 
 pub use fault::{Fault, FaultServer, closed_endpoint};
 

@@ -20,7 +20,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// The file is not a valid spec document.
-    #[error("invalid config {path}: spec.{field}: {message}")]
+    #[error("invalid config {path}: {field}: {message}")]
     Parse {
         /// The file.
         path: PathBuf,
@@ -63,7 +63,8 @@ impl WorkerConfig {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let document = serde_yaml_ng::Deserializer::from_str(text);
         let spec: StreamConsumerSpec = serde_path_to_error::deserialize(document).map_err(|e| {
-            let field = e.path().to_string();
+            let path = e.path().to_string();
+            let field = if path == "." { "spec".to_string() } else { format!("spec.{path}") };
             ConfigError::Parse { path: path.into(), field, message: e.into_inner().to_string() }
         })?;
         let invalid = |errors| ConfigError::Invalid { path: path.into(), errors };

@@ -11,16 +11,17 @@ use leasehold_testkit::process::{Delivery, WorkerProcess};
 
 /// Timing for tests: short leases so failover is quick, fast scans so balancing is too.
 pub const FAST_TIMING: &str = "lease: {duration: 2s, renewInterval: 500ms, scanInterval: 250ms, shardSyncInterval: 1s, \
-                               checkpointInterval: 200ms, gracefulTimeout: 3s}\nreader: {idleTime: 100ms}\n";
+                               checkpointInterval: 200ms, gracefulTimeout: 3s}\n";
 
 /// A worker config for `stream` on the emulators; `table` None means the memory store.
 pub fn config(stream: &str, table: Option<&str>, extra: &str) -> String {
     let kinesis = leasehold_testkit::endpoint(leasehold_testkit::Service::Kinesis);
     let dynamodb = leasehold_testkit::endpoint(leasehold_testkit::Service::DynamoDb);
     let table = table.map(|t| format!("leaseTable: {{name: {t}}}\n")).unwrap_or_default();
+    let reader = if extra.contains("reader:") { "" } else { "reader: {idleTime: 100ms}\n" };
     format!(
         "streams: [{{name: {stream}}}]\naws: {{region: us-east-1, kinesisEndpoint: '{kinesis}', dynamodbEndpoint: '{dynamodb}'}}\n\
-         {table}processor: {{stdout: {{}}}}\n{FAST_TIMING}{extra}"
+         {table}processor: {{stdout: {{}}}}\n{FAST_TIMING}{reader}{extra}"
     )
 }
 

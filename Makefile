@@ -9,7 +9,7 @@ GROUND := tests/ground
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators lint
-	cargo test --workspace --all-targets --no-fail-fast
+	cargo test --workspace --no-fail-fast
 
 lint:
 	cargo fmt --all -- --check

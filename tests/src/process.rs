@@ -122,6 +122,17 @@ impl WorkerProcess {
             .collect()
     }
 
+    /// How many lines the worker has printed on stdout (records, with the stdout processor).
+    pub fn delivery_count(&self) -> usize {
+        self.stdout.lock().expect("lines").len()
+    }
+
+    /// When the first and the last stdout line arrived.
+    pub fn delivery_span(&self) -> Option<(Instant, Instant)> {
+        let lines = self.stdout.lock().expect("lines");
+        Some((lines.first()?.0, lines.last()?.0))
+    }
+
     /// Every JSON log line on stderr so far, with when it arrived.
     pub fn logs(&self) -> Vec<(Instant, serde_json::Value)> {
         let lines = self.stderr.lock().expect("lines").clone();

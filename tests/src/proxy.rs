@@ -58,6 +58,11 @@ impl FaultProxy {
         format!("http://{}", self.addr)
     }
 
+    /// Requests seen per operation (including injected faults).
+    pub fn counts(&self) -> std::collections::HashMap<String, u64> {
+        self.shared.counts.lock().expect("counts").clone()
+    }
+
     /// How many faults were injected.
     pub fn injected(&self) -> u64 {
         self.shared.injected.load(Ordering::SeqCst)

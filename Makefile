@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
+.PHONY: crds test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators lint
@@ -31,10 +31,16 @@ control-plane-stop:
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
 bench: emulators
 	cargo bench -p leasehold-worker --bench lease_store
+	cargo bench -p leasehold-worker --bench runtime
 
-## A short live show of workers sharing shards through the lease table.
+## A live show: three worker processes share a stream, one is killed, one shut down gracefully.
 demo: emulators
-	cargo run -q -p leasehold-worker --example lease_demo
+	cargo build -q -p leasehold-worker --bin leasehold-worker --example demo
+	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/demo
+
+## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
+crds:
+	cargo run -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
 
 fmt:
 	cargo fmt --all

@@ -15,6 +15,12 @@ pub const API_GROUP: &str = "leasehold.io";
 /// Version of the `StreamConsumer` API served today.
 pub const API_VERSION: &str = "v1alpha1";
 
+/// The `StreamConsumer` CustomResourceDefinition as YAML, as committed in `crds/streamconsumer.yaml`.
+pub fn crd_yaml() -> Result<String, serde_yaml_ng::Error> {
+    use kube::CustomResourceExt;
+    serde_yaml_ng::to_string(&StreamConsumer::crd())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -1,14 +1,17 @@
 //! The `StreamConsumer` spec: what to read, where leases live, how many workers, how to process.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::status::StreamConsumerStatus;
 
 /// A Kinesis consumer: streams to read, a lease table shared by its workers, and how to process records.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[x_kube(validation = Rule::new("!(has(self.streams) && size(self.streams) > 0 && has(self.streamPattern))").message("give streams or streamPattern, not both").field_path(".streamPattern"))]
+#[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || has(self.assignment)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
+#[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
 #[kube(
     group = "leasehold.io",
     version = "v1alpha1",
@@ -28,6 +31,8 @@ use crate::status::StreamConsumerStatus;
 pub struct StreamConsumerSpec {
     /// Streams to read, by name; one subscription per stream. Give this or `streamPattern`, not both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    #[x_kube(validation = Rule::new("self.all(s, self.filter(t, t.name == s.name).size() == 1)").message("a stream may be named only once: a worker reads a stream through one subscription"))]
     pub streams: Vec<StreamSpec>,
     /// Regular expression over stream names; matching streams (including ones created later) are read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,6 +104,7 @@ fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StreamSpec {
     /// The stream's name.
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9_.-]{1,128}$"))]
     pub name: String,
 }
 
@@ -122,6 +128,7 @@ pub struct AwsSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeaseTableSpec {
     /// Table name (3-255 characters of a-z, A-Z, 0-9, `_`, `-`, `.`).
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9_.-]{3,255}$"))]
     pub name: String,
     /// Billing mode of a table the operator creates. Default PAY_PER_REQUEST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -164,7 +171,8 @@ pub struct WorkersSpec {
 }
 
 /// Replicas = clamp(ceil(open shards / shardsPerWorker), minReplicas, maxReplicas).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas").message("minReplicas must not exceed maxReplicas").field_path(".minReplicas"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AutoscalingSpec {
     /// Open shards per worker.
@@ -191,27 +199,34 @@ pub enum StartPosition {
 }
 
 /// Lease timing; durations are written like `10s`, `500ms`, `1m`.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.renewInterval) ? duration(self.renewInterval) : duration('3s')) < (has(self.duration) ? duration(self.duration) : duration('10s'))").message("renewInterval must be shorter than duration").field_path(".renewInterval"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeaseTimingSpec {
     /// How long a lease lasts without renewal. Default 10s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub duration: Option<String>,
     /// How often a holder renews; must be shorter than `duration`. Default 3s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub renew_interval: Option<String>,
     /// How often the worker reads the lease table to take free, expired or requested leases. Default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub scan_interval: Option<String>,
     /// How often the shard list is refreshed (new shards, new streams). Default 10s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub shard_sync_interval: Option<String>,
     /// How often progress is checkpointed. Default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub checkpoint_interval: Option<String>,
     /// How long a worker may take to finish in-flight records when it gives shards up (handoff,
     /// shutdown). Default 5s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub graceful_timeout: Option<String>,
 }
 
@@ -225,11 +240,13 @@ pub struct ReaderSpec {
     /// Pause after a GetRecords call that returned nothing. Default 500ms. Calls per shard never exceed
     /// 5 per second whatever this says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub idle_time: Option<String>,
 }
 
 /// The record processor: exactly one kind.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("[has(self.stdout), has(self.http), has(self.multilang)].filter(k, k).size() == 1").message("set exactly one of stdout, http, multilang"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcessorSpec {
     /// Print each record as a JSON line on standard output.
@@ -256,6 +273,7 @@ pub struct HttpProcessor {
     pub url: String,
     /// Per-request timeout. Default 5s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub timeout: Option<String>,
 }
 
@@ -288,6 +306,7 @@ pub struct RetrySpec {
     pub max_attempts: Option<i32>,
     /// First backoff between attempts (doubling). Default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub backoff: Option<String>,
     /// What happens after the last attempt. Default block.
     #[serde(default, skip_serializing_if = "Option::is_none")]

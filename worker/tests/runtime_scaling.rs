@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use leasehold_testkit::kinesis::{merge, open_shards, split};
 use leasehold_testkit::process::wait_for;
+use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 
 const LEASE: Duration = Duration::from_secs(2);
 
@@ -110,6 +111,26 @@ async fn split_and_merge_keep_key_order_and_lose_nothing() {
         }
     }
     println!("{crossed} keys crossed a reshard; {} deliveries for {} records", deliveries.len(), written.len());
+    // Finished parents' rows are cleaned up once all their children have started.
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let viewer = DynamoLeaseStore::new(dynamodb, table.clone(), LeaseSettings::new("viewer"));
+    let mut rows = Vec::new();
+    for _ in 0..100 {
+        rows = viewer
+            .list()
+            .await
+            .expect("list")
+            .leases
+            .into_iter()
+            .map(|l| l.key.shard_id().to_string())
+            .collect::<Vec<_>>();
+        rows.sort();
+        if rows == ["shardId-000000000002", "shardId-000000000004"] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(rows, ["shardId-000000000002", "shardId-000000000004"], "finished parents' rows must be cleaned up");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

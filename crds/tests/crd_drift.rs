@@ -1,0 +1,12 @@
+//! The committed CRD YAML must be exactly what the Rust types generate.
+
+#[test]
+fn committed_crd_matches_the_types() {
+    let generated = leasehold_crds::crd_yaml().expect("CRD serializes");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/streamconsumer.yaml");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        committed == generated,
+        "{path} differs from the CRD the types generate; run `make crds` and commit the result"
+    );
+}

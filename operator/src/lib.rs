@@ -1,12 +1,21 @@
-//! The Leasehold operator: reconciles `StreamConsumer` resources (see `docs/architecture.md`).
+//! The Leasehold operator: reconciles `StreamConsumer` resources into a lease table, a worker
+//! ConfigMap and Deployment, scaling and status (see `docs/architecture.md`).
 //!
-//! The reconcile pipeline arrives with the operator issue; the crate exists so the workspace has its
-//! final shape from the start.
+//! The reconcile is a pipeline: observe (the table, the streams, the Deployment) -> build (pure, in
+//! [`build`]) -> apply (server-side apply under [`FIELD_MANAGER`]) -> status ([`conditions`]).
+
+pub mod aws;
+pub mod build;
+pub mod conditions;
+pub mod context;
+pub mod controller;
+pub mod error;
+pub mod metrics;
+pub mod shards;
+pub mod table;
 
 /// Field manager under which the operator writes every object with server-side apply.
 pub const FIELD_MANAGER: &str = "leasehold-operator";
 
-/// The API group the operator reconciles.
-pub fn api_group() -> &'static str {
-    leasehold_crds::API_GROUP
-}
+/// Finalizer that lets the operator apply the table's deletion policy before the resource goes.
+pub const FINALIZER: &str = "leasehold.io/lease-table";

@@ -90,15 +90,18 @@ async fn rebalance(kinesis: &aws_sdk_kinesis::Client, shards: i32, workers: usiz
     started.elapsed()
 }
 
-/// Plain aws-sdk loop: one task per shard, TRIM_HORIZON, GetRecords (limit 10000) until `total` records.
+/// Plain aws-sdk loop: one task per shard, TRIM_HORIZON, GetRecords (limit 10000) until `total` records;
+/// timed like the worker, from the first record received to the last.
 async fn sdk_loop(kinesis: &aws_sdk_kinesis::Client, stream: &str, total: usize) -> Duration {
     let shards = leasehold_testkit::kinesis::open_shards(kinesis, stream).await;
-    let started = Instant::now();
+    let first = Arc::new(std::sync::Mutex::new(None::<Instant>));
+    let last = Arc::new(std::sync::Mutex::new(None::<Instant>));
     let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let tasks: Vec<_> = shards
         .into_iter()
         .map(|(shard, _, _)| {
-            let (kinesis, stream, read) = (kinesis.clone(), stream.to_string(), read.clone());
+            let (kinesis, stream, read, first) = (kinesis.clone(), stream.to_string(), read.clone(), first.clone());
+            let last = last.clone();
             tokio::spawn(async move {
                 let mut iterator = kinesis
                     .get_shard_iterator()
@@ -116,7 +119,12 @@ async fn sdk_loop(kinesis: &aws_sdk_kinesis::Client, stream: &str, total: usize)
                     let out =
                         kinesis.get_records().shard_iterator(current).limit(10_000).send().await.expect("get records");
                     let n = out.records.len();
-                    read.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+                    if n > 0 {
+                        first.lock().expect("first").get_or_insert_with(Instant::now);
+                    }
+                    if read.fetch_add(n, std::sync::atomic::Ordering::SeqCst) + n >= total {
+                        last.lock().expect("last").get_or_insert_with(Instant::now);
+                    }
                     iterator = out.next_shard_iterator;
                     if n == 0 {
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -128,7 +136,9 @@ async fn sdk_loop(kinesis: &aws_sdk_kinesis::Client, stream: &str, total: usize)
     for task in tasks {
         task.await.expect("reader");
     }
-    started.elapsed()
+    let first = first.lock().expect("first").unwrap_or_else(Instant::now);
+    let last = last.lock().expect("last").unwrap_or_else(Instant::now);
+    last.duration_since(first)
 }
 
 /// The worker (one process, DynamoDB leases, stdout processor) reading `total` records; timed from its

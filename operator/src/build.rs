@@ -1,0 +1,299 @@
+//! Desired objects from a StreamConsumer and what was observed: pure, no client, unit-tested.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, ObjectFieldSelector,
+    PodSecurityContext, PodTemplateSpec, SeccompProfile, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+use leasehold_crds::{StreamConsumer, StreamConsumerSpec};
+use md5::{Digest, Md5};
+
+/// Label naming the consumer a worker pod belongs to.
+pub const CONSUMER_LABEL: &str = "leasehold.io/consumer";
+/// Annotation carrying the hash of the worker config, so a spec change rolls the workers.
+pub const CONFIG_HASH_ANNOTATION: &str = "leasehold.io/config-hash";
+/// Key of the worker config in the ConfigMap.
+pub const CONFIG_KEY: &str = "worker.yaml";
+/// Where the worker config is mounted in the worker container.
+pub const CONFIG_DIR: &str = "/etc/leasehold";
+/// Name of the worker container (a container of this name in `spec.template` is merged with it).
+pub const WORKER_CONTAINER: &str = "worker";
+
+/// Name of the ConfigMap and Deployment of a consumer.
+pub fn workers_name(consumer: &StreamConsumer) -> String {
+    format!("{}-workers", consumer.name_any())
+}
+
+/// Labels on every worker pod of `consumer`.
+pub fn worker_labels(consumer: &StreamConsumer) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_string(), "leasehold-worker".to_string()),
+        ("app.kubernetes.io/instance".to_string(), consumer.name_any()),
+        ("app.kubernetes.io/managed-by".to_string(), "leasehold-operator".to_string()),
+        (CONSUMER_LABEL.to_string(), consumer.name_any()),
+    ])
+}
+
+/// The label selector of the worker pods, as the scale subresource reports it.
+pub fn selector(consumer: &StreamConsumer) -> String {
+    format!("app.kubernetes.io/name=leasehold-worker,{CONSUMER_LABEL}={}", consumer.name_any())
+}
+
+/// How many workers should run: 0 while paused; with autoscaling clamp(ceil(open shards / shards per
+/// worker), min, max) (min while the shard count is unknown); else `workers.replicas` (default 1).
+pub fn desired_replicas(spec: &StreamConsumerSpec, open_shards: Option<i32>) -> i32 {
+    if spec.paused == Some(true) {
+        return 0;
+    }
+    match &spec.workers.autoscaling {
+        Some(auto) => {
+            let min = auto.min_replicas.unwrap_or(1).max(0);
+            let max = auto.max_replicas.max(min);
+            let per = auto.shards_per_worker.max(1);
+            match open_shards {
+                Some(open) => (open.max(0) + per - 1) / per,
+                None => min,
+            }
+            .clamp(min, max)
+        }
+        None => spec.workers.replicas.unwrap_or(1).max(0),
+    }
+}
+
+/// The worker configuration file: the spec without the pod template (which concerns the pods, not the
+/// worker process).
+pub fn worker_config(spec: &StreamConsumerSpec) -> Result<String, serde_yaml_ng::Error> {
+    let mut spec = spec.clone();
+    spec.template = None;
+    serde_yaml_ng::to_string(&spec)
+}
+
+/// A short stable hash of the worker config.
+pub fn config_hash(config: &str) -> String {
+    let digest = Md5::digest(config.as_bytes());
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+fn owned_meta(consumer: &StreamConsumer) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(workers_name(consumer)),
+        namespace: consumer.namespace(),
+        labels: Some(worker_labels(consumer)),
+        owner_references: consumer.controller_owner_ref(&()).map(|r| vec![r]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// The ConfigMap holding the worker config.
+pub fn config_map(consumer: &StreamConsumer, config: &str) -> ConfigMap {
+    ConfigMap {
+        metadata: owned_meta(consumer),
+        data: Some(BTreeMap::from([(CONFIG_KEY.to_string(), config.to_string())])),
+        ..ConfigMap::default()
+    }
+}
+
+fn restricted_container_security() -> SecurityContext {
+    SecurityContext {
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        run_as_non_root: Some(true),
+        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
+        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        ..SecurityContext::default()
+    }
+}
+
+/// The worker container, merged over a container named `worker` in the user's template if any.
+fn worker_container(base: Option<Container>, image: &str) -> Container {
+    let mut container = base.unwrap_or_default();
+    container.name = WORKER_CONTAINER.into();
+    if container.image.is_none() {
+        container.image = Some(image.into());
+    }
+    // The pod name is a stable owner id: a restarted pod retakes its own leases at once.
+    container.args =
+        Some(vec!["--config".into(), format!("{CONFIG_DIR}/{CONFIG_KEY}"), "--owner-id".into(), "$(POD_NAME)".into()]);
+    let mut env = container.env.take().unwrap_or_default();
+    env.retain(|e| e.name != "POD_NAME");
+    env.push(EnvVar {
+        name: "POD_NAME".into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.name".into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    });
+    container.env = Some(env);
+    let mut mounts = container.volume_mounts.take().unwrap_or_default();
+    mounts.retain(|m| m.name != "worker-config");
+    mounts.push(VolumeMount {
+        name: "worker-config".into(),
+        mount_path: CONFIG_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    });
+    container.volume_mounts = Some(mounts);
+    if container.security_context.is_none() {
+        container.security_context = Some(restricted_container_security());
+    }
+    container
+}
+
+/// The worker Deployment: `spec.template` merged with the worker container, config volume, labels,
+/// restricted security defaults and no Kubernetes API token.
+pub fn deployment(consumer: &StreamConsumer, replicas: i32, image: &str, config_hash: &str) -> Deployment {
+    let labels = worker_labels(consumer);
+    let template = consumer.spec.template.clone().unwrap_or_default();
+    let mut meta = template.metadata.unwrap_or_default();
+    meta.labels.get_or_insert_with(BTreeMap::new).extend(labels.clone());
+    meta.annotations.get_or_insert_with(BTreeMap::new).insert(CONFIG_HASH_ANNOTATION.into(), config_hash.into());
+    let mut pod = template.spec.unwrap_or_default();
+    let mut containers = std::mem::take(&mut pod.containers);
+    let base = containers.iter().position(|c| c.name == WORKER_CONTAINER).map(|i| containers.remove(i));
+    containers.insert(0, worker_container(base, image));
+    pod.containers = containers;
+    let mut volumes = pod.volumes.take().unwrap_or_default();
+    volumes.retain(|v| v.name != "worker-config");
+    volumes.push(Volume {
+        name: "worker-config".into(),
+        config_map: Some(ConfigMapVolumeSource { name: workers_name(consumer), ..ConfigMapVolumeSource::default() }),
+        ..Volume::default()
+    });
+    pod.volumes = Some(volumes);
+    if pod.automount_service_account_token.is_none() {
+        pod.automount_service_account_token = Some(false);
+    }
+    if pod.security_context.is_none() {
+        pod.security_context = Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+            ..PodSecurityContext::default()
+        });
+    }
+    // Leases move gracefully on SIGTERM; give the worker its graceful timeout plus a margin.
+    pod.termination_grace_period_seconds.get_or_insert(30);
+    Deployment {
+        metadata: owned_meta(consumer),
+        spec: Some(DeploymentSpec {
+            replicas: Some(replicas),
+            selector: LabelSelector { match_labels: Some(labels), ..LabelSelector::default() },
+            template: PodTemplateSpec { metadata: Some(meta), spec: Some(pod) },
+            // One worker at a time: each new pod takes leases from running ones by handoff.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::Int(1)),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use leasehold_crds::{AutoscalingSpec, WorkersSpec};
+
+    fn consumer(yaml: &str) -> StreamConsumer {
+        let spec: StreamConsumerSpec = serde_yaml_ng::from_str(yaml).expect("spec");
+        let mut consumer = StreamConsumer::new("orders", spec);
+        consumer.metadata.namespace = Some("shop".into());
+        consumer.metadata.uid = Some("uid-1".into());
+        consumer
+    }
+
+    const BASE: &str = "streams: [{name: orders}]\nleaseTable: {name: orders-leases}\nprocessor: {stdout: {}}\n";
+
+    #[test]
+    fn replicas_follow_the_spec_shape() {
+        let fixed =
+            StreamConsumerSpec { workers: WorkersSpec { replicas: Some(3), autoscaling: None }, ..Default::default() };
+        assert_eq!(desired_replicas(&fixed, Some(100)), 3);
+        assert_eq!(desired_replicas(&StreamConsumerSpec::default(), None), 1, "default one worker");
+        let auto = |min, max, per| StreamConsumerSpec {
+            workers: WorkersSpec {
+                replicas: None,
+                autoscaling: Some(AutoscalingSpec { shards_per_worker: per, min_replicas: min, max_replicas: max }),
+            },
+            ..Default::default()
+        };
+        assert_eq!(desired_replicas(&auto(Some(1), 20, 2), Some(5)), 3, "ceil(5 / 2)");
+        assert_eq!(desired_replicas(&auto(Some(1), 2, 2), Some(50)), 2, "clamped to max");
+        assert_eq!(desired_replicas(&auto(Some(4), 20, 2), Some(2)), 4, "clamped to min");
+        assert_eq!(desired_replicas(&auto(None, 20, 1), None), 1, "unknown shard count: min");
+        let paused = StreamConsumerSpec { paused: Some(true), ..fixed };
+        assert_eq!(desired_replicas(&paused, Some(10)), 0);
+    }
+
+    #[test]
+    fn config_map_carries_the_spec_without_the_template() {
+        let c = consumer(&format!("{BASE}template: {{spec: {{serviceAccountName: orders-sa}}}}\n"));
+        let config = worker_config(&c.spec).unwrap();
+        assert!(config.contains("orders-leases") && !config.contains("orders-sa"), "{config}");
+        let parsed: StreamConsumerSpec = serde_yaml_ng::from_str(&config).expect("the worker can read it");
+        assert_eq!(parsed.streams, c.spec.streams);
+        let cm = config_map(&c, &config);
+        assert_eq!(cm.metadata.name.as_deref(), Some("orders-workers"));
+        assert_eq!(cm.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        assert_eq!(cm.data.unwrap()[CONFIG_KEY], config);
+    }
+
+    #[test]
+    fn deployment_runs_the_worker_with_its_config_and_owner() {
+        let c = consumer(BASE);
+        let d = deployment(&c, 2, "leasehold/worker:1", "abc");
+        let spec = d.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(d.metadata.owner_references.as_ref().unwrap()[0].kind, "StreamConsumer");
+        assert_eq!(d.metadata.owner_references.as_ref().unwrap()[0].controller, Some(true));
+        let pod = spec.template.spec.as_ref().unwrap();
+        let worker = &pod.containers[0];
+        assert_eq!(worker.image.as_deref(), Some("leasehold/worker:1"));
+        assert_eq!(
+            worker.args.as_ref().unwrap(),
+            &["--config", "/etc/leasehold/worker.yaml", "--owner-id", "$(POD_NAME)"]
+        );
+        assert_eq!(pod.automount_service_account_token, Some(false), "workers get no API token");
+        assert_eq!(worker.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
+        let annotations = spec.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
+        assert_eq!(annotations[CONFIG_HASH_ANNOTATION], "abc");
+        assert_eq!(spec.selector.match_labels.as_ref().unwrap()[CONSUMER_LABEL], "orders");
+    }
+
+    #[test]
+    fn the_template_is_merged_not_replaced() {
+        let c = consumer(&format!(
+            "{BASE}template:\n  metadata: {{labels: {{team: payments}}}}\n  spec:\n    serviceAccountName: reader\n    containers:\n    \
+             - {{name: worker, image: mine:2, resources: {{limits: {{memory: 64Mi}}}}}}\n    - {{name: sidecar, image: app:1}}\n"
+        ));
+        let d = deployment(&c, 1, "leasehold/worker:1", "abc");
+        let template = &d.spec.as_ref().unwrap().template;
+        let pod = template.spec.as_ref().unwrap();
+        assert_eq!(pod.service_account_name.as_deref(), Some("reader"));
+        assert_eq!(pod.containers.len(), 2);
+        assert_eq!(pod.containers[0].image.as_deref(), Some("mine:2"), "the user's image wins");
+        assert!(pod.containers[0].resources.is_some());
+        assert_eq!(pod.containers[1].name, "sidecar");
+        assert_eq!(template.metadata.as_ref().unwrap().labels.as_ref().unwrap()["team"], "payments");
+    }
+
+    #[test]
+    fn a_spec_change_changes_the_hash() {
+        let a = worker_config(&consumer(BASE).spec).unwrap();
+        let b = worker_config(&consumer(&format!("{BASE}concurrency: 4\n")).spec).unwrap();
+        assert_ne!(config_hash(&a), config_hash(&b));
+        assert_eq!(config_hash(&a), config_hash(&a.clone()));
+    }
+}

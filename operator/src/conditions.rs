@@ -1,0 +1,111 @@
+//! The status conditions, computed in one place from what a reconcile observed.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+/// One condition's verdict before timestamps are attached.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdict {
+    /// True or false.
+    pub ok: bool,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Human-readable message.
+    pub message: String,
+}
+
+impl Verdict {
+    /// A true condition.
+    pub fn ok(reason: &str, message: impl Into<String>) -> Self {
+        Self { ok: true, reason: reason.into(), message: message.into() }
+    }
+
+    /// A false condition.
+    pub fn failed(reason: &str, message: impl Into<String>) -> Self {
+        Self { ok: false, reason: reason.into(), message: message.into() }
+    }
+}
+
+/// The verdicts of one reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verdicts {
+    /// The spec passed the checks the schema cannot express.
+    pub spec: Verdict,
+    /// The lease table exists and is ACTIVE.
+    pub table: Verdict,
+    /// Every stream exists.
+    pub stream: Verdict,
+    /// The worker Deployment has its desired replicas ready.
+    pub workers: Verdict,
+}
+
+fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &[Condition]) -> Condition {
+    let status = if verdict.ok { "True" } else { "False" };
+    // The transition time moves only when the status does (API conventions).
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == kind && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| Time(Timestamp::now()));
+    Condition {
+        type_: kind.into(),
+        status: status.into(),
+        reason: verdict.reason.clone(),
+        message: verdict.message.clone(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// `Ready`, `TableReady`, `StreamReady`, `WorkersReady` from the verdicts; `Ready` is true only when the
+/// spec is valid and the others are true, and then names the first thing that is not.
+pub fn conditions(verdicts: &Verdicts, generation: Option<i64>, previous: &[Condition]) -> Vec<Condition> {
+    let ready = [&verdicts.spec, &verdicts.table, &verdicts.stream, &verdicts.workers]
+        .into_iter()
+        .find(|v| !v.ok)
+        .map(|v| Verdict::failed(&v.reason, v.message.clone()))
+        .unwrap_or_else(|| Verdict::ok("Running", "table active, streams found, workers ready"));
+    vec![
+        condition("Ready", &ready, generation, previous),
+        condition("TableReady", &verdicts.table, generation, previous),
+        condition("StreamReady", &verdicts.stream, generation, previous),
+        condition("WorkersReady", &verdicts.workers, generation, previous),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_ok() -> Verdicts {
+        Verdicts {
+            spec: Verdict::ok("Valid", ""),
+            table: Verdict::ok("Active", ""),
+            stream: Verdict::ok("Found", ""),
+            workers: Verdict::ok("Ready", "2/2"),
+        }
+    }
+
+    #[test]
+    fn ready_names_the_first_problem() {
+        let ok = conditions(&all_ok(), Some(3), &[]);
+        assert_eq!((ok[0].type_.as_str(), ok[0].status.as_str()), ("Ready", "True"));
+        assert_eq!(ok[0].observed_generation, Some(3));
+        let missing = Verdicts { stream: Verdict::failed("StreamNotFound", "stream orders not found"), ..all_ok() };
+        let c = conditions(&missing, Some(3), &[]);
+        assert_eq!((c[0].status.as_str(), c[0].reason.as_str()), ("False", "StreamNotFound"));
+        assert_eq!(c[2].type_, "StreamReady");
+        assert_eq!(c[2].message, "stream orders not found");
+    }
+
+    #[test]
+    fn transition_time_moves_only_with_the_status() {
+        let first = conditions(&all_ok(), Some(1), &[]);
+        let mut earlier = first.clone();
+        earlier[1].last_transition_time = Time(Timestamp::UNIX_EPOCH);
+        let again = conditions(&all_ok(), Some(2), &earlier);
+        assert_eq!(again[1].last_transition_time, Time(Timestamp::UNIX_EPOCH));
+        let failing = Verdicts { table: Verdict::failed("TableCreating", ""), ..all_ok() };
+        assert_ne!(conditions(&failing, Some(2), &earlier)[1].last_transition_time, Time(Timestamp::UNIX_EPOCH));
+    }
+}

@@ -1,0 +1,52 @@
+//! What every reconcile shares: the Kubernetes client, AWS clients, shard counts, events and metrics.
+
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+use crate::aws::ClientCache;
+use crate::metrics::Metrics;
+use crate::shards::ShardCounts;
+
+/// Operator settings.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Image of the worker container (unless the consumer's template names one).
+    pub worker_image: String,
+    /// How often stream shard counts are polled (default 30 s).
+    pub shard_poll_interval: Duration,
+    /// Fixed AWS credentials (access key, secret) instead of the default chain: for emulators and tests.
+    pub static_credentials: Option<(String, String)>,
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Settings.
+    pub settings: Settings,
+    /// AWS clients per `spec.aws`.
+    pub aws: ClientCache,
+    /// Stream shard counts shared by every consumer.
+    pub shards: ShardCounts,
+    /// Publishes events on StreamConsumers.
+    pub recorder: Recorder,
+    /// Prometheus metrics.
+    pub metrics: Metrics,
+}
+
+impl Context {
+    /// A context for `client` with `settings`.
+    pub fn new(client: Client, settings: Settings, metrics: Metrics) -> Self {
+        let reporter = Reporter { controller: crate::FIELD_MANAGER.into(), instance: std::env::var("POD_NAME").ok() };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            shards: ShardCounts::new(settings.shard_poll_interval),
+            aws: ClientCache::new(settings.static_credentials.clone()),
+            client,
+            settings,
+            metrics,
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! `leasehold-operator`: reconciles StreamConsumer resources.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Api;
+use leasehold_operator::context::{Context, Settings};
+use leasehold_operator::metrics::{self, Metrics};
+use tokio_util::sync::CancellationToken;
+
+/// Reconciles StreamConsumer resources into lease tables and worker Deployments.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// Worker image used when a consumer's template names none.
+    #[arg(long, env = "LEASEHOLD_WORKER_IMAGE", default_value = concat!("ghcr.io/leasehold/worker:", env!("CARGO_PKG_VERSION")))]
+    worker_image: String,
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    metrics_addr: SocketAddr,
+    /// Watch only this namespace (default: every namespace).
+    #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
+    namespace: Option<String>,
+    /// How often stream shard counts are polled.
+    #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
+    shard_poll_interval: Duration,
+}
+
+const CRD_NAME: &str = "streamconsumers.leasehold.io";
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,kube=warn,aws=warn".into()),
+        )
+        .json()
+        .flatten_event(true)
+        .with_writer(std::io::stderr)
+        .init();
+    let client = match kube::Client::try_default().await {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("error: cannot reach the Kubernetes API: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match Api::<CustomResourceDefinition>::all(client.clone()).get_opt(CRD_NAME).await {
+        Ok(Some(_)) => {}
+        Ok(None) => {
+            eprintln!(
+                "error: the CustomResourceDefinition {CRD_NAME} is not installed; install it with \
+                 `kubectl apply -f crds/streamconsumer.yaml` (or the Helm chart) and start the operator again"
+            );
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            eprintln!("error: cannot read CustomResourceDefinition {CRD_NAME}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let shutdown = CancellationToken::new();
+    let metrics_state = Metrics::default();
+    let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            eprintln!("error: cannot listen on {}: {e}", args.metrics_addr);
+            return ExitCode::FAILURE;
+        }
+    };
+    tokio::spawn(metrics::serve(listener, metrics_state.clone(), shutdown.clone()));
+    let settings = Settings {
+        worker_image: args.worker_image,
+        shard_poll_interval: args.shard_poll_interval,
+        static_credentials: None,
+    };
+    let ctx = Arc::new(Context::new(client, settings, metrics_state));
+    let signals = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(term) => term,
+            Err(_) => return,
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        signals.cancel();
+    });
+    tracing::info!("operator started");
+    leasehold_operator::controller::run(ctx, args.namespace, shutdown).await;
+    tracing::info!("operator stopped");
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,149 @@
+//! The lease table: created (on demand, tagged with its owner) unless it exists; deleted on the
+//! resource's deletion only under `deletionPolicy: Delete` and only if its tags prove this resource
+//! created it.
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput, ScalarAttributeType,
+    TableStatus, Tag,
+};
+use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec};
+
+use crate::error::{Error, Result};
+
+/// Tag keys proving which resource created a table.
+pub const TAG_NAMESPACE: &str = "leasehold.io/namespace";
+/// See [`TAG_NAMESPACE`].
+pub const TAG_NAME: &str = "leasehold.io/name";
+/// See [`TAG_NAMESPACE`].
+pub const TAG_UID: &str = "leasehold.io/uid";
+
+/// The resource a table belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    /// Namespace of the StreamConsumer.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+    /// Its UID.
+    pub uid: String,
+}
+
+impl Owner {
+    fn tags(&self) -> Vec<(&'static str, &str)> {
+        vec![(TAG_NAMESPACE, &self.namespace), (TAG_NAME, &self.name), (TAG_UID, &self.uid)]
+    }
+}
+
+/// What the table looks like now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TableState {
+    /// Usable.
+    Active,
+    /// Being created (by us, just now, or by someone else).
+    Creating,
+    /// In another state (UPDATING, DELETING, ...).
+    Other(String),
+}
+
+fn failed(table: &str, error: impl std::fmt::Display) -> Error {
+    Error::Table { table: table.into(), message: error.to_string() }
+}
+
+/// Describes the table, creating it first if it does not exist. Returns its state and whether this call
+/// created it.
+pub async fn ensure(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<(TableState, bool)> {
+    let table = spec.name.as_str();
+    match client.describe_table().table_name(table).send().await {
+        Ok(out) => Ok((state(out.table.and_then(|t| t.table_status)), false)),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
+            create(client, spec, owner).await?;
+            Ok((TableState::Creating, true))
+        }
+        Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+    }
+}
+
+fn state(status: Option<TableStatus>) -> TableState {
+    match status {
+        Some(TableStatus::Active) => TableState::Active,
+        Some(TableStatus::Creating) | None => TableState::Creating,
+        Some(other) => TableState::Other(other.as_str().to_string()),
+    }
+}
+
+async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<()> {
+    let table = spec.name.as_str();
+    let definition = AttributeDefinition::builder()
+        .attribute_name("lease_key")
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| failed(table, e))?;
+    let key = KeySchemaElement::builder()
+        .attribute_name("lease_key")
+        .key_type(KeyType::Hash)
+        .build()
+        .map_err(|e| failed(table, e))?;
+    let tags = owner
+        .tags()
+        .into_iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build().map_err(|e| failed(table, e)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut request =
+        client.create_table().table_name(table).attribute_definitions(definition).key_schema(key).set_tags(Some(tags));
+    request = match spec.billing_mode.unwrap_or(SpecBilling::PayPerRequest) {
+        SpecBilling::PayPerRequest => request.billing_mode(BillingMode::PayPerRequest),
+        SpecBilling::Provisioned => request.billing_mode(BillingMode::Provisioned).provisioned_throughput(
+            ProvisionedThroughput::builder()
+                .read_capacity_units(10)
+                .write_capacity_units(10)
+                .build()
+                .map_err(|e| failed(table, e))?,
+        ),
+    };
+    match request.send().await {
+        Ok(_) => Ok(()),
+        // Someone created it between our describe and our create: fine.
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(()),
+        Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+    }
+}
+
+/// What a deletion did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Deletion {
+    /// The table was deleted.
+    Deleted,
+    /// The table was kept: its tags do not name this resource.
+    KeptNotOurs,
+    /// There was no table.
+    Missing,
+}
+
+/// Deletes the table if its tags name `owner` (same namespace, name and UID).
+pub async fn delete_if_ours(client: &Client, table: &str, owner: &Owner) -> Result<Deletion> {
+    let arn = match client.describe_table().table_name(table).send().await {
+        Ok(out) => out.table.and_then(|t| t.table_arn).unwrap_or_default(),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
+            return Ok(Deletion::Missing);
+        }
+        Err(e) => return Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+    };
+    let tags = client
+        .list_tags_of_resource()
+        .resource_arn(arn)
+        .send()
+        .await
+        .map_err(|e| failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+        .tags
+        .unwrap_or_default();
+    let ours = owner.tags().into_iter().all(|(k, v)| tags.iter().any(|t| t.key == k && t.value == v));
+    if !ours {
+        return Ok(Deletion::KeptNotOurs);
+    }
+    match client.delete_table().table_name(table).send().await {
+        Ok(_) => Ok(Deletion::Deleted),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => Ok(Deletion::Missing),
+        Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+    }
+}

@@ -8,7 +8,7 @@ GROUND := tests/ground
 .PHONY: crds test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
-test: emulators lint
+test: emulators control-plane lint
 	cargo test --workspace --no-fail-fast
 
 lint:

@@ -31,8 +31,8 @@ use crate::status::StreamConsumerStatus;
 pub struct StreamConsumerSpec {
     /// Streams to read, by name; one subscription per stream. Give this or `streamPattern`, not both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 100))]
-    #[x_kube(validation = Rule::new("self.all(s, self.filter(t, t.name == s.name).size() == 1)").message("a stream may be named only once: a worker reads a stream through one subscription"))]
+    // A list-map keyed by name: the API server refuses a stream named twice ("Duplicate value").
+    #[schemars(length(max = 100), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub streams: Vec<StreamSpec>,
     /// Regular expression over stream names; matching streams (including ones created later) are read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -61,7 +61,6 @@ pub struct StreamConsumerSpec {
     #[serde(default)]
     pub reader: ReaderSpec,
     /// What is done with each record: exactly one of the processor kinds.
-    #[serde(default)]
     pub processor: ProcessorSpec,
     /// Order guarantee inside a shard: `key` (default), `shard` or `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -104,7 +103,7 @@ fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StreamSpec {
     /// The stream's name.
-    #[schemars(regex(pattern = r"^[a-zA-Z0-9_.-]{1,128}$"))]
+    #[schemars(regex(pattern = r"^[a-zA-Z0-9_.-]{1,128}$"), length(max = 128))]
     pub name: String,
 }
 

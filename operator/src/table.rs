@@ -102,7 +102,18 @@ async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result
         ),
     };
     match request.send().await {
-        Ok(_) => Ok(()),
+        Ok(out) => {
+            // Some implementations (dynalite among them) ignore tags given to CreateTable; tagging again
+            // is harmless where they were kept, and the tags are what later proves the table is ours.
+            if let Some(arn) = out.table_description.and_then(|t| t.table_arn) {
+                let tags =
+                    owner.tags().into_iter().filter_map(|(k, v)| Tag::builder().key(k).value(v).build().ok()).collect();
+                if let Err(e) = client.tag_resource().resource_arn(arn).set_tags(Some(tags)).send().await {
+                    tracing::warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "could not tag the new lease table");
+                }
+            }
+            Ok(())
+        }
         // Someone created it between our describe and our create: fine.
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(()),
         Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),

@@ -63,9 +63,14 @@ impl WorkerConfig {
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
         let document = serde_yaml_ng::Deserializer::from_str(text);
         let spec: StreamConsumerSpec = serde_path_to_error::deserialize(document).map_err(|e| {
-            let path = e.path().to_string();
-            let field = if path == "." { "spec".to_string() } else { format!("spec.{path}") };
-            ConfigError::Parse { path: path.into(), field, message: e.into_inner().to_string() }
+            let at = e.path().to_string();
+            let message = e.into_inner().to_string();
+            let mut field = if at == "." { "spec".to_string() } else { format!("spec.{at}") };
+            // serde names a missing field only in its message; put it in the path too.
+            if let Some(missing) = message.strip_prefix("missing field `").and_then(|m| m.split('`').next()) {
+                field = format!("{field}.{missing}");
+            }
+            ConfigError::Parse { path: path.into(), field, message }
         })?;
         let invalid = |errors| ConfigError::Invalid { path: path.into(), errors };
         let durations = spec.validate().map_err(invalid)?;

@@ -1,0 +1,283 @@
+//! The operator against a real kube-apiserver, etcd and kube-controller-manager, with kinesalite and
+//! dynalite: tables, workers, scaling, status, validation by the API server, deletion policies.
+
+mod support;
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+use support::{TestNamespace, aws, wait};
+
+const SLOW: Duration = Duration::from_secs(30);
+
+async fn table_tags(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Option<Vec<(String, String)>> {
+    let arn = dynamodb.describe_table().table_name(table).send().await.ok()?.table?.table_arn?;
+    let tags = dynamodb.list_tags_of_resource().resource_arn(arn).send().await.ok()?.tags.unwrap_or_default();
+    Some(tags.into_iter().map(|t| (t.key, t.value)).collect())
+}
+
+async fn table_exists(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> bool {
+    dynamodb.describe_table().table_name(table).send().await.is_ok()
+}
+
+#[tokio::test]
+async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
+    let ns = TestNamespace::new("op-apply").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-apply", 2).await;
+    let table = leasehold_testkit::unique_name("op-apply");
+    let created = ns
+        .create(
+            "orders",
+            json!({"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": table},
+                   "workers": {"replicas": 2}, "processor": {"stdout": {}}}),
+        )
+        .await
+        .expect("create consumer");
+
+    wait("table ACTIVE", SLOW, || async { table_exists(&dynamodb, &table).await }).await;
+    let tags = table_tags(&dynamodb, &table).await.expect("tags");
+    for (key, value) in [
+        ("leasehold.io/namespace", ns.name.clone()),
+        ("leasehold.io/name", "orders".into()),
+        ("leasehold.io/uid", created.uid().unwrap()),
+    ] {
+        assert!(tags.contains(&(key.to_string(), value.clone())), "tag {key}={value} missing in {tags:?}");
+    }
+
+    wait("deployment with 2 replicas", SLOW, || async {
+        ns.deployments().get_opt("orders-workers").await.ok().flatten().and_then(|d| d.spec?.replicas) == Some(2)
+    })
+    .await;
+    let deployment = ns.deployments().get("orders-workers").await.unwrap();
+    let owner = &deployment.owner_references()[0];
+    assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("StreamConsumer", "orders", Some(true)));
+    let config_map = Api::<ConfigMap>::namespaced(ns.client.clone(), &ns.name).get("orders-workers").await.unwrap();
+    assert_eq!(config_map.owner_references()[0].uid, created.uid().unwrap());
+    let worker_yaml = &config_map.data.unwrap()["worker.yaml"];
+    assert!(worker_yaml.contains(&stream) && worker_yaml.contains(&table), "{worker_yaml}");
+
+    // The pods pass the restricted Pod Security Standard: the ReplicaSet controller gets them admitted.
+    let pods = Api::<Pod>::namespaced(ns.client.clone(), &ns.name);
+    wait("2 worker pods admitted", SLOW, || async {
+        pods.list(&ListParams::default().labels("leasehold.io/consumer=orders"))
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0)
+            == 2
+    })
+    .await;
+    assert_eq!(ns.condition("orders", "TableReady").await.map(|c| c.0).as_deref(), Some("True"));
+    assert_eq!(ns.condition("orders", "StreamReady").await.map(|c| c.0).as_deref(), Some("True"));
+    assert_eq!(ns.condition("orders", "WorkersReady").await, Some(("False".into(), "WorkersNotReady".into())));
+
+    ns.mark_pods_ready("orders").await;
+    wait("Ready", SLOW, || async { ns.condition("orders", "Ready").await.map(|c| c.0).as_deref() == Some("True") })
+        .await;
+    let status = ns.consumers().get("orders").await.unwrap().status.unwrap();
+    assert_eq!(status.open_shards, Some(2));
+    assert_eq!(status.replicas, Some(2));
+    assert_eq!(status.observed_generation, created.metadata.generation);
+    assert_eq!(
+        status.selector.as_deref(),
+        Some("app.kubernetes.io/name=leasehold-worker,leasehold.io/consumer=orders")
+    );
+
+    // A spec change rolls the workers: the pod template's config hash changes.
+    let before =
+        deployment.spec.unwrap().template.metadata.unwrap().annotations.unwrap()["leasehold.io/config-hash"].clone();
+    ns.consumers()
+        .patch("orders", &PatchParams::default(), &Patch::Merge(json!({"spec": {"concurrency": 4}})))
+        .await
+        .unwrap();
+    wait("new config hash", SLOW, || async {
+        let d = ns.deployments().get("orders-workers").await.unwrap();
+        d.spec.unwrap().template.metadata.unwrap().annotations.unwrap()["leasehold.io/config-hash"] != before
+    })
+    .await;
+
+    // Paused: no workers.
+    ns.consumers()
+        .patch("orders", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": true}})))
+        .await
+        .unwrap();
+    wait("scaled to zero", SLOW, || async {
+        ns.deployments().get("orders-workers").await.unwrap().spec.unwrap().replicas == Some(0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn autoscaling_follows_a_split() {
+    let ns = TestNamespace::new("op-split").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-split", 2).await;
+    ns.create(
+        "scaled",
+        json!({"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": leasehold_testkit::unique_name("op-split")},
+               "workers": {"autoscaling": {"shardsPerWorker": 1, "minReplicas": 1, "maxReplicas": 10}},
+               "processor": {"stdout": {}}}),
+    )
+    .await
+    .expect("create");
+    let replicas =
+        || async { ns.deployments().get_opt("scaled-workers").await.ok().flatten().and_then(|d| d.spec?.replicas) };
+    wait("2 workers for 2 shards", SLOW, || async { replicas().await == Some(2) }).await;
+    leasehold_testkit::kinesis::split(&kinesis, &stream, "shardId-000000000000").await;
+    wait("3 workers for 3 open shards", SLOW, || async { replicas().await == Some(3) }).await;
+    wait("status shows 3 open shards", SLOW, || async {
+        ns.consumers().get("scaled").await.ok().and_then(|c| c.status).and_then(|s| s.open_shards) == Some(3)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn kubectl_scale_drives_the_workers_when_autoscaling_is_off() {
+    let ns = TestNamespace::new("op-scale").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-scale", 1).await;
+    ns.create(
+        "fixed",
+        json!({"streams": [{"name": stream}], "aws": aws(), "workers": {"replicas": 1}, "processor": {"stdout": {}}}),
+    )
+    .await
+    .expect("create");
+    wait("status carries replicas and selector", SLOW, || async {
+        ns.consumers()
+            .get_scale("fixed")
+            .await
+            .ok()
+            .and_then(|s| s.status)
+            .is_some_and(|s| s.replicas == 1 && s.selector.is_some())
+    })
+    .await;
+    ns.consumers()
+        .patch_scale("fixed", &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 4}})))
+        .await
+        .expect("scale");
+    assert_eq!(ns.consumers().get("fixed").await.unwrap().spec.workers.replicas, Some(4));
+    wait("deployment scaled to 4", SLOW, || async {
+        ns.deployments().get_opt("fixed-workers").await.ok().flatten().and_then(|d| d.spec?.replicas) == Some(4)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn invalid_specs_are_refused_by_the_api_server_naming_the_field() {
+    let ns = TestNamespace::new("op-invalid").await;
+    let base = || json!({"streams": [{"name": "orders"}], "processor": {"stdout": {}}});
+    let with = |patch: serde_json::Value| {
+        let mut spec = base();
+        for (k, v) in patch.as_object().unwrap() {
+            if v.is_null() {
+                spec.as_object_mut().unwrap().remove(k);
+            } else {
+                spec[k] = v.clone();
+            }
+        }
+        spec
+    };
+    let cases = [
+        (with(json!({"processor": {}})), "spec.processor", "exactly one of stdout, http, multilang"),
+        (with(json!({"processor": {"stdout": {}, "http": {"url": "http://x"}}})), "spec.processor", "exactly one"),
+        (
+            with(json!({"workers": {"autoscaling": {"shardsPerWorker": 1, "minReplicas": 5, "maxReplicas": 2}}})),
+            "spec.workers.autoscaling.minReplicas",
+            "minReplicas must not exceed maxReplicas",
+        ),
+        (
+            with(json!({"lease": {"duration": "2s", "renewInterval": "3s"}})),
+            "spec.lease.renewInterval",
+            "shorter than duration",
+        ),
+        (with(json!({"lease": {"duration": "2s"}})), "spec.lease.renewInterval", "shorter than duration"),
+        (with(json!({"streamPattern": "^orders"})), "spec.streamPattern", "not both"),
+        (with(json!({"streams": null})), "spec.streams", "at least one stream"),
+        (with(json!({"streams": [{"name": "a"}, {"name": "a"}]})), "spec.streams[1]", "Duplicate value"),
+        (with(json!({"leaseTable": {"name": "x!"}})), "spec.leaseTable.name", "should match"),
+        (with(json!({"startPosition": "AT_TIMESTAMP"})), "spec.startTimestamp", "AT_TIMESTAMP"),
+        (with(json!({"startTimestamp": "2026-01-01T00:00:00Z"})), "spec.startTimestamp", "AT_TIMESTAMP"),
+        (with(json!({"lease": {"duration": "ten seconds"}})), "spec.lease.duration", "should match"),
+    ];
+    for (i, (spec, field, words)) in cases.into_iter().enumerate() {
+        let err =
+            ns.create(&format!("bad-{i}"), spec.clone()).await.expect_err(&format!("case {i} must be refused: {spec}"));
+        let message = match &err {
+            kube::Error::Api(status) => {
+                assert_eq!(status.code, 422, "case {i}: {status:?}");
+                status.message.clone()
+            }
+            other => panic!("case {i}: unexpected error {other:?}"),
+        };
+        assert!(message.contains(field), "case {i}: {message:?} should name {field}");
+        assert!(message.contains(words), "case {i}: {message:?} should say {words:?}");
+    }
+    // And the valid base is accepted.
+    ns.create("good", base()).await.expect("the valid spec is accepted");
+}
+
+#[tokio::test]
+async fn deletion_keeps_or_deletes_the_table_by_policy_and_proof() {
+    let ns = TestNamespace::new("op-delete").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-delete", 1).await;
+    let spec = |table: &str, policy: &str| {
+        json!({"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": table, "deletionPolicy": policy},
+               "processor": {"stdout": {}}})
+    };
+    let kept = leasehold_testkit::unique_name("op-retain");
+    let deleted = leasehold_testkit::unique_name("op-delete");
+    // A table someone else created: Delete must not remove it.
+    let foreign = leasehold_testkit::create_lease_table(&dynamodb, "op-foreign").await;
+    ns.create("retain", spec(&kept, "Retain")).await.unwrap();
+    ns.create("delete", spec(&deleted, "Delete")).await.unwrap();
+    ns.create("foreign", spec(&foreign, "Delete")).await.unwrap();
+    for table in [&kept, &deleted] {
+        wait("table created", SLOW, || async { table_exists(&dynamodb, table).await }).await;
+    }
+    wait("finalizers in place", SLOW, || async {
+        let mut all = true;
+        for name in ["retain", "delete", "foreign"] {
+            all &= ns
+                .consumers()
+                .get(name)
+                .await
+                .is_ok_and(|c| c.finalizers().contains(&"leasehold.io/lease-table".to_string()));
+        }
+        all
+    })
+    .await;
+    for name in ["retain", "delete", "foreign"] {
+        ns.consumers().delete(name, &DeleteParams::default()).await.unwrap();
+    }
+    wait("resources gone", SLOW, || async {
+        let mut gone = true;
+        for name in ["retain", "delete", "foreign"] {
+            gone &= ns.consumers().get_opt(name).await.ok().flatten().is_none();
+        }
+        gone
+    })
+    .await;
+    assert!(table_exists(&dynamodb, &kept).await, "Retain keeps the table");
+    wait("Delete removes the table it created", SLOW, || async { !table_exists(&dynamodb, &deleted).await }).await;
+    assert!(table_exists(&dynamodb, &foreign).await, "Delete never removes a table it did not create");
+}
+
+#[tokio::test]
+async fn a_missing_stream_is_reported_in_status() {
+    let ns = TestNamespace::new("op-missing").await;
+    let missing = leasehold_testkit::unique_name("op-missing");
+    ns.create("lost", json!({"streams": [{"name": missing}], "aws": aws(), "processor": {"stdout": {}}}))
+        .await
+        .unwrap();
+    wait("StreamReady False", SLOW, || async {
+        ns.condition("lost", "StreamReady").await == Some(("False".into(), "StreamNotFound".into()))
+    })
+    .await;
+    assert_eq!(ns.condition("lost", "Ready").await, Some(("False".into(), "StreamNotFound".into())));
+}

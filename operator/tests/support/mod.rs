@@ -1,0 +1,182 @@
+//! Test support for the operator against a real kube-apiserver (with etcd and kube-controller-manager,
+//! started by `make control-plane`) and the AWS emulators.
+
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, CustomResourceExt, ResourceExt};
+use leasehold_crds::StreamConsumer;
+use leasehold_operator::context::{Context, Settings};
+use leasehold_operator::metrics::Metrics;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const START_HINT: &str = "start it with `make control-plane` (tests/ground/control-plane.sh start), or run `make test`";
+
+fn kubeconfig_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("KUBECONFIG") {
+        return PathBuf::from(path);
+    }
+    let state = std::env::var_os("LEASEHOLD_STATE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold/run"));
+    state.join("control-plane/kubeconfig")
+}
+
+/// A client for the local control plane; panics with instructions when it is not running.
+pub async fn client() -> Client {
+    let path = kubeconfig_path();
+    let kubeconfig = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!("no kubeconfig at {} ({e}): the local control plane is not running; {START_HINT}", path.display())
+    });
+    let config =
+        kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    let client = Client::try_from(config).expect("client");
+    client.apiserver_version().await.unwrap_or_else(|e| panic!("kube-apiserver is not answering ({e}); {START_HINT}"));
+    client
+}
+
+/// Installs (or updates) the StreamConsumer CRD and waits until it is established.
+pub async fn install_crd(client: &Client) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = StreamConsumer::crd();
+    crds.patch(&crd.name_any(), &PatchParams::apply("leasehold-tests").force(), &Patch::Apply(&crd))
+        .await
+        .expect("apply CRD");
+    for _ in 0..100 {
+        let current = crds.get(&crd.name_any()).await.expect("get CRD");
+        let established = current
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"));
+        if established {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("CRD not established");
+}
+
+/// A fresh namespace (labelled to enforce the restricted Pod Security Standard) with its own operator.
+pub struct TestNamespace {
+    pub client: Client,
+    pub name: String,
+    stop: CancellationToken,
+}
+
+impl TestNamespace {
+    /// Creates the namespace and starts an operator watching only it.
+    pub async fn new(prefix: &str) -> Self {
+        let client = client().await;
+        install_crd(&client).await;
+        let name = leasehold_testkit::unique_name(prefix).to_lowercase();
+        let namespace: Namespace = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest"
+            }}
+        }))
+        .expect("namespace");
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create namespace");
+        // The controller-manager creates the default ServiceAccount, without which no pod is admitted.
+        wait("default service account", Duration::from_secs(20), || async {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &name)
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        })
+        .await;
+        let settings = Settings {
+            worker_image: "leasehold/worker:test".into(),
+            shard_poll_interval: Duration::from_secs(1),
+            static_credentials: Some(("leasehold-test".into(), "leasehold-test".into())),
+        };
+        let ctx = Arc::new(Context::new(client.clone(), settings, Metrics::default()));
+        let stop = CancellationToken::new();
+        tokio::spawn(leasehold_operator::controller::run(ctx, Some(name.clone()), stop.clone()));
+        Self { client, name, stop }
+    }
+
+    pub fn consumers(&self) -> Api<StreamConsumer> {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    pub fn deployments(&self) -> Api<Deployment> {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+
+    /// Creates a StreamConsumer from a JSON spec.
+    pub async fn create(&self, name: &str, spec: serde_json::Value) -> Result<StreamConsumer, kube::Error> {
+        let consumer: StreamConsumer = serde_json::from_value(json!({
+            "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer",
+            "metadata": {"name": name}, "spec": spec
+        }))
+        .expect("consumer");
+        self.consumers().create(&PostParams::default(), &consumer).await
+    }
+
+    /// Plays the kubelet's part for the worker pods of `consumer`: marks every pod Running and Ready.
+    pub async fn mark_pods_ready(&self, consumer: &str) {
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &self.name);
+        let selector = format!("leasehold.io/consumer={consumer}");
+        for pod in pods.list(&ListParams::default().labels(&selector)).await.expect("pods").items {
+            let now = k8s_openapi::jiff::Timestamp::now().to_string();
+            let status = json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True", "lastTransitionTime": now},
+                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}
+            ]}});
+            let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
+        }
+    }
+
+    /// The condition `kind` of `consumer` as (status, reason).
+    pub async fn condition(&self, consumer: &str, kind: &str) -> Option<(String, String)> {
+        let current = self.consumers().get_opt(consumer).await.ok().flatten()?;
+        let conditions = current.status?.conditions;
+        conditions.into_iter().find(|c| c.type_ == kind).map(|c| (c.status, c.reason))
+    }
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Endpoints of the emulators for `spec.aws`.
+pub fn aws() -> serde_json::Value {
+    json!({
+        "region": "us-east-1",
+        "kinesisEndpoint": leasehold_testkit::endpoint(leasehold_testkit::Service::Kinesis),
+        "dynamodbEndpoint": leasehold_testkit::endpoint(leasehold_testkit::Service::DynamoDb),
+    })
+}
+
+/// Polls `condition` every 200 ms until true, or panics naming `what`.
+pub async fn wait<F, Fut>(what: &str, timeout: Duration, mut condition: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if condition().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}

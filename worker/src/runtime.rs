@@ -3,16 +3,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_crds::{OnExhausted, Ordering};
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
 use crate::config::WorkerConfig;
 use crate::coordinator::{Coordinator, CoordinatorSettings};
 use crate::discovery::{ShardSync, StreamSelection};
+use crate::dispatch::{DispatchSettings, RetryPolicy, Runner};
 use crate::kinesis::Kinesis;
 use crate::lease::{
     DynamoLeaseStore, LeaseError, LeaseSettings, LeaseStore, MemoryLeaseStore, ensure_table, unique_owner_id,
 };
+use crate::metrics::Metrics;
 use crate::processor::{RecordProcessor, StdoutProcessor};
 use crate::shard::ReaderSettings;
 
@@ -41,6 +44,26 @@ pub fn processor(config: &WorkerConfig, owner: &str) -> Result<Arc<dyn RecordPro
     Err(RuntimeError::ProcessorUnavailable(if spec.http.is_some() { "http" } else { "multilang" }))
 }
 
+/// The order and concurrency named by the spec (`ordering` default key, `concurrency` default 1).
+pub fn dispatch_settings(config: &WorkerConfig) -> DispatchSettings {
+    DispatchSettings {
+        ordering: config.spec.ordering.unwrap_or(Ordering::Key),
+        concurrency: config.spec.concurrency.and_then(|n| usize::try_from(n).ok()).unwrap_or(1),
+    }
+}
+
+/// The retry policy named by the spec (default: 5 attempts from 1 s, then block).
+pub fn retry_policy(config: &WorkerConfig) -> RetryPolicy {
+    let retry = config.spec.retry.clone().unwrap_or_default();
+    RetryPolicy {
+        max_attempts: retry.max_attempts.and_then(|n| u32::try_from(n).ok()).unwrap_or(5).max(1),
+        backoff: config.durations.retry_backoff,
+        on_exhausted: retry.on_exhausted.unwrap_or(OnExhausted::Block),
+        dead_letter_stream: retry.dead_letter_stream,
+        ..RetryPolicy::default()
+    }
+}
+
 /// Builds the worker described by `config` and runs it with `processor` until `shutdown` is cancelled.
 pub async fn run(
     config: WorkerConfig,
@@ -48,10 +71,21 @@ pub async fn run(
     processor: Arc<dyn RecordProcessor>,
     shutdown: CancellationToken,
 ) -> Result<(), RuntimeError> {
+    run_with_metrics(config, owner, processor, Arc::default(), shutdown).await
+}
+
+/// [`run`], counting into `metrics` (which the caller may serve on `/metrics`).
+pub async fn run_with_metrics(
+    config: WorkerConfig,
+    owner: String,
+    processor: Arc<dyn RecordProcessor>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> Result<(), RuntimeError> {
     let spec = &config.spec;
     let durations = config.durations;
     let sdk = sdk_config(&spec.aws).await;
-    let settings = LeaseSettings::new(owner).with_duration(durations.lease);
+    let settings = LeaseSettings::new(owner.clone()).with_duration(durations.lease);
     let store: Arc<dyn LeaseStore> = match &spec.lease_table {
         Some(table) => {
             let client = dynamodb_client(&sdk, &spec.aws);
@@ -83,10 +117,14 @@ pub async fn run(
             idle_time: durations.idle_time,
             checkpoint_interval: durations.checkpoint_interval,
             min_call_gap: Duration::from_millis(200),
-            retry_backoff: durations.retry_backoff,
+            dispatch: dispatch_settings(&config),
         },
         assigned,
     };
-    Coordinator::new(store, kinesis, sync, processor, settings).run(shutdown).await;
+    let runner = Runner::new(processor, metrics)
+        .with_policy(retry_policy(&config))
+        .with_publisher(Arc::new(kinesis.clone()))
+        .with_owner(owner);
+    Coordinator::new(store, kinesis, sync, Arc::new(runner), settings).run(shutdown).await;
     Ok(())
 }

@@ -15,8 +15,10 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::discovery::ShardSync;
+use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
 use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
+use crate::metrics::Metrics;
 use crate::processor::RecordProcessor;
 use crate::shard::{ReaderSettings, ShardExit, ShardReader};
 pub use balance::{Moves, View, active, plan, targets};
@@ -54,7 +56,9 @@ pub struct Coordinator {
     store: Arc<dyn LeaseStore>,
     kinesis: Kinesis,
     sync: ShardSync,
+    runner: Arc<Runner>,
     processor: Arc<dyn RecordProcessor>,
+    metrics: Arc<Metrics>,
     settings: CoordinatorSettings,
     running: HashMap<LeaseKey, Running>,
     requested: HashMap<LeaseKey, Instant>,
@@ -69,12 +73,13 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator over `store`, syncing shards with `sync` and processing with `processor`.
+    /// A coordinator over `store`, syncing shards with `sync` and running records with `runner` (whose
+    /// processor gets the lifecycle calls and whose metrics it counts into).
     pub fn new(
         store: Arc<dyn LeaseStore>,
         kinesis: Kinesis,
         sync: ShardSync,
-        processor: Arc<dyn RecordProcessor>,
+        runner: Arc<Runner>,
         settings: CoordinatorSettings,
     ) -> Self {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
@@ -82,7 +87,9 @@ impl Coordinator {
             store,
             kinesis,
             sync,
-            processor,
+            processor: runner.processor().clone(),
+            metrics: runner.metrics().clone(),
+            runner,
             settings,
             running: HashMap::new(),
             requested: HashMap::new(),
@@ -212,13 +219,13 @@ impl Coordinator {
         let key = lease.key.clone();
         tracing::info!(shard = %key, checkpoint = %lease.checkpoint, counter = lease.counter, "lease acquired");
         let held = Arc::new(HeldLease::new(self.store.clone(), lease.clone(), sent));
-        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval));
+        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, self.metrics.clone()));
         let stop = CancellationToken::new();
         self.processor.shard_assigned(&key).await;
         let reader = ShardReader {
             kinesis: self.kinesis.clone(),
             held: held.clone(),
-            processor: self.processor.clone(),
+            runner: self.runner.clone(),
             start: lease.checkpoint,
             settings: self.settings.reader.clone(),
             stop: stop.clone(),
@@ -230,10 +237,12 @@ impl Coordinator {
             let _ = exits.send((reader_key, exit));
         });
         self.running.insert(key, Running { held, stop, give_to: None, reader });
+        self.metrics.leases_held.set(self.running.len() as i64);
     }
 
     async fn on_exit(&mut self, key: LeaseKey, exit: ShardExit) {
         let Some(running) = self.running.remove(&key) else { return };
+        self.metrics.leases_held.set(self.running.len() as i64);
         let (final_checkpoint, to) = match exit {
             ShardExit::Lost => {
                 tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
@@ -271,6 +280,7 @@ impl Coordinator {
             let progress = running.held.progress();
             release(&running.held, Some(progress), None).await;
         }
+        self.metrics.leases_held.set(0);
         if self.settings.assigned.is_none()
             && let Err(e) = self.store.leave().await
         {
@@ -301,7 +311,7 @@ async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Opt
 
 /// Renews `held` every `interval` until it is lost or released. A failed renewal is retried soon; the
 /// lease is lost when the table refuses it or its deadline passes first.
-async fn renew_until_lost(held: Arc<HeldLease>, interval: Duration) {
+async fn renew_until_lost(held: Arc<HeldLease>, interval: Duration, metrics: Arc<Metrics>) {
     let retry = (interval / 4).min(Duration::from_millis(500));
     let mut wait = interval;
     loop {
@@ -314,6 +324,7 @@ async fn renew_until_lost(held: Arc<HeldLease>, interval: Duration) {
             Ok(_) => wait = interval,
             Err(_) if held.lost().is_cancelled() => return,
             Err(e) => {
+                metrics.renewals_failed.inc();
                 tracing::warn!(shard = %held.key(), error = %e, "renewal failed; retrying");
                 wait = retry;
             }

@@ -4,12 +4,13 @@ use std::sync::Arc;
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::error::{ProvideErrorMetadata, SdkError};
-use aws_sdk_kinesis::primitives::DateTime;
+use aws_sdk_kinesis::primitives::{Blob, DateTime};
 use aws_sdk_kinesis::types::ShardIteratorType;
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use bytes::Bytes;
 
 use crate::aws::Fault;
+use crate::dispatch::Publisher;
 use crate::processor::Record;
 
 /// Result of a Kinesis call.
@@ -221,5 +222,27 @@ impl Kinesis {
             })
             .collect();
         Ok(Batch { records, next_iterator: out.next_shard_iterator, millis_behind: out.millis_behind_latest })
+    }
+}
+
+impl Kinesis {
+    /// Puts one record on `stream` (requeued copies, dead letters).
+    pub async fn put_record(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<()> {
+        self.client
+            .put_record()
+            .stream_name(stream)
+            .partition_key(partition_key)
+            .data(Blob::new(data))
+            .send()
+            .await
+            .map_err(|e| KinesisError::from_sdk(e, stream))?;
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl Publisher for Kinesis {
+    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> std::result::Result<(), String> {
+        self.put_record(stream, partition_key, data).await.map_err(|e| e.to_string())
     }
 }

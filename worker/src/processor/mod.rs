@@ -30,8 +30,26 @@ pub struct Record {
 
 /// A processor's failure on one record.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct ProcessError(pub String);
+#[error("{message}")]
+pub struct ProcessError {
+    /// What went wrong.
+    pub message: String,
+    /// False when trying again cannot help (a malformed record, an HTTP 4xx): the retry policy's
+    /// `onExhausted` applies at once.
+    pub retryable: bool,
+}
+
+impl ProcessError {
+    /// A failure worth retrying (a timeout, a 5xx, a broken connection).
+    pub fn retryable(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: true }
+    }
+
+    /// A failure that will not go away by retrying.
+    pub fn permanent(message: impl Into<String>) -> Self {
+        Self { message: message.into(), retryable: false }
+    }
+}
 
 /// Business logic plugged into a worker.
 ///
@@ -39,7 +57,7 @@ pub struct ProcessError(pub String);
 /// at-least-once). The lifecycle calls say which shards the processor currently owns.
 #[async_trait]
 pub trait RecordProcessor: Send + Sync {
-    /// Processes one record; an error makes the worker retry it.
+    /// Processes one record; an error makes the worker retry it (see `spec.retry`).
     async fn process(&self, record: &Record) -> Result<(), ProcessError>;
 
     /// This worker now owns `shard`.

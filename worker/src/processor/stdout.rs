@@ -41,7 +41,7 @@ impl StdoutProcessor {
             data: base64::engine::general_purpose::STANDARD.encode(&record.data),
             owner: &self.owner,
         };
-        serde_json::to_string(&line).map_err(|e| ProcessError(e.to_string()))
+        serde_json::to_string(&line).map_err(|e| ProcessError::permanent(e.to_string()))
     }
 }
 
@@ -51,7 +51,7 @@ impl RecordProcessor for StdoutProcessor {
         let mut line = self.line(record)?;
         line.push('\n');
         // One write per line keeps lines whole when several shards print at once.
-        std::io::stdout().lock().write_all(line.as_bytes()).map_err(|e| ProcessError(format!("stdout: {e}")))
+        std::io::stdout().lock().write_all(line.as_bytes()).map_err(|e| ProcessError::retryable(format!("stdout: {e}")))
     }
 }
 

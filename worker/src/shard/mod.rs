@@ -1,5 +1,5 @@
-//! Reading one shard: iterator from the checkpoint, paced GetRecords, records to the processor in
-//! order, periodic checkpoints, and the shard's end.
+//! Reading one shard: iterator from the checkpoint, paced GetRecords, records to the dispatcher (order,
+//! concurrency, retries), checkpoints of the completed prefix, and the shard's end.
 
 mod pace;
 
@@ -11,9 +11,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::coordinator::HeldLease;
+use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, LeaseError};
-use crate::processor::{Record, RecordProcessor};
 use pace::Pace;
 
 /// How a shard is read.
@@ -27,8 +27,8 @@ pub struct ReaderSettings {
     pub checkpoint_interval: Duration,
     /// Shortest gap between two GetRecords calls on one shard (Kinesis allows 5 calls/s per shard).
     pub min_call_gap: Duration,
-    /// First delay before retrying a failed record (doubling, capped at 30 s).
-    pub retry_backoff: Duration,
+    /// Order and concurrency inside the shard.
+    pub dispatch: DispatchSettings,
 }
 
 impl Default for ReaderSettings {
@@ -38,7 +38,7 @@ impl Default for ReaderSettings {
             idle_time: Duration::from_millis(500),
             checkpoint_interval: Duration::from_secs(1),
             min_call_gap: Duration::from_millis(200),
-            retry_backoff: Duration::from_secs(1),
+            dispatch: DispatchSettings::default(),
         }
     }
 }
@@ -48,8 +48,8 @@ impl Default for ReaderSettings {
 pub enum ShardExit {
     /// Read to its end; `SHARD_END` is checkpointed.
     Ended,
-    /// Stopped on request after finishing the record in progress; `last` is the position to checkpoint
-    /// on release (every record up to it is processed).
+    /// Stopped on request after finishing the records in progress; `last` is the position to checkpoint
+    /// on release (every record up to it is done).
     Stopped {
         /// The position reached.
         last: Checkpoint,
@@ -71,8 +71,8 @@ pub struct ShardReader {
     pub kinesis: Kinesis,
     /// The held lease (checkpoints go through it).
     pub held: Arc<HeldLease>,
-    /// The record processor.
-    pub processor: Arc<dyn RecordProcessor>,
+    /// Runs each record through the processor and the retry policy.
+    pub runner: Arc<Runner>,
     /// Where to start: the lease's checkpoint.
     pub start: Checkpoint,
     /// Reading settings.
@@ -106,113 +106,209 @@ enum Step {
     Exit(ShardExit),
 }
 
+/// Where a reader is: where it started, the last record fetched (a new iterator starts after it), and
+/// what was last checkpointed.
+struct Cursor {
+    start: Checkpoint,
+    fetched: Checkpoint,
+    checkpointed: Checkpoint,
+    last_checkpoint: Instant,
+}
+
+impl Cursor {
+    /// The checkpoint the done prefix allows: the watermark, or the start before any record is done.
+    fn position(&self, dispatcher: &Dispatcher) -> Checkpoint {
+        match dispatcher.watermark() {
+            Some(sequence) => Checkpoint::Sequence(sequence.to_string()),
+            None => self.start.clone(),
+        }
+    }
+}
+
+/// Early exits of the reading loop (`?` on the lease being lost).
+type Flow<T> = Result<T, ShardExit>;
+
 impl ShardReader {
     /// Reads the shard until it ends, the lease is lost, or a stop is requested.
     pub async fn run(self) -> ShardExit {
-        let key = self.held.key().clone();
-        let stream: Arc<str> = Arc::from(key.stream());
-        let shard: Arc<str> = Arc::from(key.shard_id());
-        let mut position = self.start.clone();
-        if position.is_shard_end() {
+        let mut start = self.start.clone();
+        if start.is_shard_end() {
             return ShardExit::Ended;
         }
         // A LATEST start is pinned to a timestamp and checkpointed at once, so a worker that takes the
         // lease over before any record arrives resumes from here rather than from its own later tip.
-        if position == Checkpoint::Latest {
-            position = Checkpoint::AtTimestamp(self.held.wall_ms());
-            self.held.set_progress(position.clone());
-            if let Err(e) = self.held.checkpoint(&position).await
-                && e.is_not_held()
-            {
-                return ShardExit::Lost;
+        if start == Checkpoint::Latest {
+            start = Checkpoint::AtTimestamp(self.held.wall_ms());
+            self.held.set_progress(start.clone());
+            match self.held.checkpoint(&start).await {
+                Ok(_) => {
+                    self.runner.metrics().checkpoints_written.inc();
+                }
+                Err(e) if e.is_not_held() => return ShardExit::Lost,
+                Err(_) => {}
             }
         }
-        let mut checkpointed = position.clone();
-        let mut last_checkpoint = Instant::now();
+        let held = self.held.clone();
+        // After a pause (a stopped process, a starved runtime) the deadline may have passed before the
+        // renewer noticed: no record starts past it.
+        let gate: Gate = Box::new(move || held.is_valid());
+        let mut dispatcher = Dispatcher::new(self.settings.dispatch, self.runner.clone(), self.stop.clone(), gate);
+        let mut cursor =
+            Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
+        let exit = match self.read(&mut dispatcher, &mut cursor).await {
+            Ok(exit) | Err(exit) => exit,
+        };
+        self.runner.metrics().forget_shard(&self.held.key().to_string());
+        exit
+    }
+
+    async fn read(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
+        let key = self.held.key().clone();
+        let stream: Arc<str> = Arc::from(key.stream());
+        let shard: Arc<str> = Arc::from(key.shard_id());
+        let shard_label = key.to_string();
         let mut iterator: Option<String> = None;
         let mut pace = Pace::new(self.settings.min_call_gap);
         let mut failures = read_backoff();
         loop {
             if self.held.lost().is_cancelled() {
-                return ShardExit::Lost;
+                return Ok(ShardExit::Lost);
             }
             if self.stop.is_cancelled() {
-                return ShardExit::Stopped { last: position };
+                return self.stopped(d, cursor).await;
             }
             let current = match iterator.take() {
                 Some(current) => current,
                 None => {
-                    let Some(from) = start_at(&position) else { return ShardExit::Ended };
-                    match self.kinesis.iterator(&stream, &shard, &from).await {
+                    let Some(from) = start_at(&cursor.fetched) else { return Ok(ShardExit::Ended) };
+                    match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
                         Ok(Some(it)) => it,
-                        Ok(None) => return self.finish(&position).await,
-                        Err(e) => match self.read_failed(e, &mut failures, &position).await {
+                        Ok(None) => return self.finish(d, cursor).await,
+                        Err(e) => match self.read_failed(d, e, &mut failures, cursor).await? {
                             Step::Continue => continue,
-                            Step::Exit(exit) => return exit,
+                            Step::Exit(exit) => return Ok(exit),
                         },
                     }
                 }
             };
-            if !self.wait(pace.until_next()).await {
+            if !self.drive(d, self.wait(pace.until_next())).await? {
                 iterator = Some(current);
                 continue;
             }
             pace.called();
-            let batch = tokio::select! {
-                biased;
-                _ = self.held.lost().cancelled() => return ShardExit::Lost,
-                batch = self.kinesis.get_records(&stream, &shard, &current, self.settings.max_records) => batch,
-            };
+            let batch =
+                self.drive(d, self.kinesis.get_records(&stream, &shard, &current, self.settings.max_records)).await?;
             let batch = match batch {
                 Ok(batch) => batch,
                 Err(KinesisError::ExpiredIterator) => {
-                    tracing::info!(shard = %key, "shard iterator expired; getting a new one after the last record processed");
+                    tracing::info!(shard = %key, "shard iterator expired; getting a new one after the last record fetched");
                     continue;
                 }
                 Err(e) => {
                     iterator = Some(current);
-                    match self.read_failed(e, &mut failures, &position).await {
+                    match self.read_failed(d, e, &mut failures, cursor).await? {
                         Step::Continue => continue,
-                        Step::Exit(exit) => return exit,
+                        Step::Exit(exit) => return Ok(exit),
                     }
                 }
             };
             failures = read_backoff();
+            if let Some(behind) = batch.millis_behind {
+                self.runner.metrics().behind(&shard_label, behind);
+            }
             let empty = batch.records.is_empty();
-            for record in &batch.records {
+            let last_fetched = batch.records.last().map(|r| r.sequence_number.clone());
+            for record in batch.records {
                 if self.stop.is_cancelled() {
-                    return ShardExit::Stopped { last: position };
+                    return self.stopped(d, cursor).await;
                 }
-                // After a pause (a stopped process, a starved runtime) the deadline may have passed
-                // before the renewer noticed: never process past it.
-                if !self.held.is_valid() {
-                    self.held.mark_lost("deadline passed before processing");
-                    return ShardExit::Lost;
+                // Backpressure: the next record is admitted only when the window has room.
+                while !d.has_room() {
+                    self.step(d).await?;
+                    self.maybe_checkpoint(d, cursor).await?;
                 }
-                if !self.process(record).await {
-                    return ShardExit::Lost;
-                }
-                position = Checkpoint::Sequence(record.sequence_number.clone());
-                self.held.set_progress(position.clone());
+                let pushed = d.push(record);
+                self.stepped(d, pushed.map(|()| true))?;
+            }
+            if let Some(sequence) = last_fetched {
+                cursor.fetched = Checkpoint::Sequence(sequence);
             }
             iterator = batch.next_iterator;
             if iterator.is_none() {
-                return self.finish(&position).await;
+                return self.finish(d, cursor).await;
             }
-            if position != checkpointed && last_checkpoint.elapsed() >= self.settings.checkpoint_interval {
-                match self.held.checkpoint(&position).await {
-                    Ok(_) => {
-                        checkpointed = position.clone();
-                        last_checkpoint = Instant::now();
-                    }
-                    Err(e) if e.is_not_held() => return ShardExit::Lost,
-                    Err(e) => tracing::warn!(shard = %key, error = %e, "checkpoint failed; will retry"),
-                }
-            }
-            if empty && !self.wait(Some(Instant::now() + self.settings.idle_time)).await {
+            self.maybe_checkpoint(d, cursor).await?;
+            if empty && !self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await? {
                 continue;
             }
         }
+    }
+
+    /// Runs `work` while records keep running and finishing; stops at once if the lease is lost.
+    async fn drive<F: std::future::Future>(&self, d: &mut Dispatcher, work: F) -> Flow<F::Output> {
+        tokio::pin!(work);
+        loop {
+            let stepped = tokio::select! {
+                biased;
+                _ = self.held.lost().cancelled() => return Err(ShardExit::Lost),
+                out = &mut work => return Ok(out),
+                stepped = d.step(), if d.is_busy() => stepped,
+            };
+            self.stepped(d, stepped)?;
+        }
+    }
+
+    /// Waits for one running record to end.
+    async fn step(&self, d: &mut Dispatcher) -> Flow<()> {
+        let stepped = tokio::select! {
+            biased;
+            _ = self.held.lost().cancelled() => return Err(ShardExit::Lost),
+            stepped = d.step() => stepped,
+        };
+        self.stepped(d, stepped)
+    }
+
+    /// After records started or ended: a closed gate means the lease is gone; progress follows the
+    /// watermark (what to checkpoint if this reader has to be abandoned).
+    fn stepped(&self, d: &mut Dispatcher, result: Result<bool, Halted>) -> Flow<()> {
+        if result.is_err() {
+            self.held.mark_lost("deadline passed before processing");
+            return Err(ShardExit::Lost);
+        }
+        if let Some(sequence) = d.take_advanced() {
+            self.held.set_progress(Checkpoint::Sequence(sequence.to_string()));
+        }
+        Ok(())
+    }
+
+    /// Checkpoints the done prefix if `checkpointInterval` has passed and it moved.
+    async fn maybe_checkpoint(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<()> {
+        if cursor.last_checkpoint.elapsed() < self.settings.checkpoint_interval {
+            return Ok(());
+        }
+        let position = cursor.position(d);
+        if position == cursor.checkpointed {
+            return Ok(());
+        }
+        match self.drive(d, self.held.checkpoint(&position)).await? {
+            Ok(_) => {
+                self.runner.metrics().checkpoints_written.inc();
+                cursor.checkpointed = position;
+                cursor.last_checkpoint = Instant::now();
+            }
+            Err(e) if e.is_not_held() => return Err(ShardExit::Lost),
+            Err(e) => tracing::warn!(shard = %self.held.key(), error = %e, "checkpoint failed; will retry"),
+        }
+        Ok(())
+    }
+
+    /// A graceful stop: the records running finish (those waiting for a retry are abandoned, nothing
+    /// new starts); the position is the done prefix.
+    async fn stopped(&self, d: &mut Dispatcher, cursor: &Cursor) -> Flow<ShardExit> {
+        while d.is_busy() {
+            self.step(d).await?;
+        }
+        Ok(ShardExit::Stopped { last: cursor.position(d) })
     }
 
     /// Sleeps until `until` unless the lease is lost or a stop is asked for; false if interrupted.
@@ -225,44 +321,22 @@ impl ShardReader {
         }
     }
 
-    /// Processes one record, retrying in place (order kept) until it succeeds; false if the lease was
-    /// lost meanwhile.
-    async fn process(&self, record: &Record) -> bool {
-        let mut delay = self.settings.retry_backoff;
-        let mut attempt = 1u32;
-        loop {
-            let result = tokio::select! {
-                biased;
-                _ = self.held.lost().cancelled() => return false,
-                result = self.processor.process(record) => result,
-            };
-            match result {
-                Ok(()) => return true,
-                Err(e) => {
-                    tracing::warn!(shard = %self.held.key(), sequence = %record.sequence_number, attempt,
-                        error = %e, "processing failed; retrying in place");
-                    tokio::select! {
-                        _ = self.held.lost().cancelled() => return false,
-                        _ = tokio::time::sleep(delay) => {}
-                    }
-                    delay = (delay * 2).min(Duration::from_secs(30));
-                    attempt += 1;
-                }
-            }
-        }
-    }
-
     /// Handles a failed Kinesis call: back off and go on, or give the shard up.
     async fn read_failed(
         &self,
+        d: &mut Dispatcher,
         error: KinesisError,
         failures: &mut impl Iterator<Item = Duration>,
-        position: &Checkpoint,
-    ) -> Step {
+        cursor: &Cursor,
+    ) -> Flow<Step> {
         let key = self.held.key();
         if let KinesisError::StreamNotFound { .. } = error {
             tracing::error!(shard = %key, error = %error, "stream gone; giving the shard up");
-            return Step::Exit(ShardExit::Failed { reason: error.to_string(), last: position.clone() });
+            // Records already admitted finish first, so the release checkpoints as far as possible.
+            while d.is_busy() {
+                self.step(d).await?;
+            }
+            return Ok(Step::Exit(ShardExit::Failed { reason: error.to_string(), last: cursor.position(d) }));
         }
         let delay = failures.next().unwrap_or(Duration::from_secs(5));
         if error.is_retryable() {
@@ -271,28 +345,37 @@ impl ShardReader {
             tracing::error!(shard = %key, error = %error, ?delay, "read failed; backing off");
         }
         // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
-        self.wait(Some(Instant::now() + delay)).await;
-        Step::Continue
+        self.drive(d, self.wait(Some(Instant::now() + delay))).await?;
+        Ok(Step::Continue)
     }
 
-    /// The shard is read to its end: checkpoint `SHARD_END`.
-    async fn finish(&self, position: &Checkpoint) -> ShardExit {
+    /// The shard is read to its end: once every record is done, checkpoint `SHARD_END`.
+    async fn finish(&self, d: &mut Dispatcher, cursor: &Cursor) -> Flow<ShardExit> {
+        while !d.is_settled() && d.is_busy() {
+            self.step(d).await?;
+        }
+        if d.pending() > 0 {
+            // A stop came first; the records not done are delivered again by the next reader.
+            return Ok(ShardExit::Stopped { last: cursor.position(d) });
+        }
+        let position = cursor.position(d);
         loop {
             match self.held.checkpoint(&Checkpoint::ShardEnd).await {
                 Ok(_) => {
+                    self.runner.metrics().checkpoints_written.inc();
                     tracing::info!(shard = %self.held.key(), "shard ended");
-                    self.processor.shard_ended(self.held.key()).await;
-                    return ShardExit::Ended;
+                    self.runner.processor().shard_ended(self.held.key()).await;
+                    return Ok(ShardExit::Ended);
                 }
-                Err(LeaseError::Lost { .. }) => return ShardExit::Lost,
-                Err(e) if e.is_not_held() => return ShardExit::Lost,
+                Err(LeaseError::Lost { .. }) => return Ok(ShardExit::Lost),
+                Err(e) if e.is_not_held() => return Ok(ShardExit::Lost),
                 Err(e) => {
                     tracing::warn!(shard = %self.held.key(), error = %e, last = %position, "SHARD_END checkpoint failed; retrying");
                     if !self.wait(Some(Instant::now() + Duration::from_millis(500))).await {
                         if self.held.lost().is_cancelled() {
-                            return ShardExit::Lost;
+                            return Ok(ShardExit::Lost);
                         }
-                        return ShardExit::Stopped { last: position.clone() };
+                        return Ok(ShardExit::Stopped { last: position });
                     }
                 }
             }

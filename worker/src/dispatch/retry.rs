@@ -1,0 +1,406 @@
+//! Running one record to its end: processing attempts retried in place with backoff, then the
+//! consumer's `retry.onExhausted` policy. Nothing is dropped without a metric and a log line.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use base64::Engine;
+use bytes::Bytes;
+use leasehold_crds::OnExhausted;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+
+use super::requeue::{self, History};
+use crate::metrics::Metrics;
+use crate::processor::{ProcessError, Record, RecordProcessor};
+
+/// What happens when processing a record fails (`spec.retry`).
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    /// Attempts before `on_exhausted` applies (at least 1).
+    pub max_attempts: u32,
+    /// First delay between attempts; doubles up to `max_backoff`.
+    pub backoff: Duration,
+    /// Longest delay between attempts.
+    pub max_backoff: Duration,
+    /// What happens after the last attempt.
+    pub on_exhausted: OnExhausted,
+    /// Where `deadLetter` sends records (and `requeue` once a copy was put back `max_requeues` times).
+    pub dead_letter_stream: Option<String>,
+    /// How many times one record may be put back at the tail; past that it goes to the dead-letter
+    /// stream if one is set, else it is skipped (logged and counted).
+    pub max_requeues: u32,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+            on_exhausted: OnExhausted::Block,
+            dead_letter_stream: None,
+            max_requeues: 3,
+        }
+    }
+}
+
+/// Writes records to a stream (requeued copies, dead letters).
+#[async_trait]
+pub trait Publisher: Send + Sync {
+    /// Puts one record on `stream`.
+    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<(), String>;
+}
+
+/// How a record's run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The processor succeeded.
+    Processed,
+    /// Attempts ran out; skipped (logged and counted).
+    Skipped,
+    /// Attempts ran out; a copy was put at the stream's tail.
+    Requeued,
+    /// Attempts ran out; sent to the dead-letter stream.
+    DeadLettered,
+    /// A graceful stop came while the record waited for a retry: it is not done and will be delivered
+    /// again by the shard's next reader.
+    Abandoned,
+}
+
+impl Outcome {
+    /// True when the record counts as done for the checkpoint.
+    pub fn is_done(self) -> bool {
+        self != Outcome::Abandoned
+    }
+}
+
+/// The document written to the dead-letter stream (JSON), keyed by the record's partition key.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DeadLetter<'a> {
+    stream: &'a str,
+    shard_id: &'a str,
+    sequence_number: &'a str,
+    partition_key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arrival_ms: Option<i64>,
+    /// The original payload, base64.
+    data: String,
+    attempts: u32,
+    requeues: u32,
+    error: &'a str,
+    owner: &'a str,
+}
+
+/// Runs records through a processor under a retry policy; shared by every shard of a worker.
+pub struct Runner {
+    processor: Arc<dyn RecordProcessor>,
+    policy: RetryPolicy,
+    publisher: Option<Arc<dyn Publisher>>,
+    metrics: Arc<Metrics>,
+    owner: String,
+}
+
+impl std::fmt::Debug for Runner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runner").field("policy", &self.policy).field("owner", &self.owner).finish()
+    }
+}
+
+/// Keeps the in-flight gauge right even when a run is dropped (a lost lease).
+struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.records_in_flight.dec();
+    }
+}
+
+impl Runner {
+    /// A runner with the default policy (5 attempts from 1 s, then block) and no publisher.
+    pub fn new(processor: Arc<dyn RecordProcessor>, metrics: Arc<Metrics>) -> Self {
+        Self { processor, policy: RetryPolicy::default(), publisher: None, metrics, owner: String::new() }
+    }
+
+    /// Uses `policy`.
+    pub fn with_policy(mut self, policy: RetryPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Publishes requeued copies and dead letters with `publisher`.
+    pub fn with_publisher(mut self, publisher: Arc<dyn Publisher>) -> Self {
+        self.publisher = Some(publisher);
+        self
+    }
+
+    /// Names the worker in dead letters.
+    pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// The processor.
+    pub fn processor(&self) -> &Arc<dyn RecordProcessor> {
+        &self.processor
+    }
+
+    /// The metrics it counts into.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// Processes `record` until it succeeds or the policy disposes of it. A graceful `stop` interrupts
+    /// only the waits between attempts (the attempt in progress finishes).
+    pub async fn run(&self, record: &Record, stop: &CancellationToken) -> Outcome {
+        self.metrics.records_in_flight.inc();
+        let _in_flight = InFlight(&self.metrics);
+        let opened;
+        let (record, history) = match requeue::open(&record.data) {
+            Some((history, data)) => {
+                opened = Record { data, ..record.clone() };
+                (&opened, history)
+            }
+            None => (record, History::default()),
+        };
+        let mut attempt = 0u32;
+        let mut delay = self.policy.backoff;
+        loop {
+            attempt += 1;
+            let error = match self.processor.process(record).await {
+                Ok(()) => {
+                    self.metrics.records_processed.inc();
+                    return Outcome::Processed;
+                }
+                Err(error) => error,
+            };
+            self.metrics.records_failed.inc();
+            let exhausted = attempt >= self.policy.max_attempts || !error.retryable;
+            if exhausted && self.policy.on_exhausted != OnExhausted::Block {
+                let history = History { requeues: history.requeues, attempts: history.attempts + attempt };
+                return self.dispose(record, history, &error, stop).await;
+            }
+            if exhausted && attempt == self.policy.max_attempts.max(1) {
+                tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number, attempt, error = %error,
+                    "attempts exhausted; retrying until it succeeds (onExhausted: block), later records of its key wait");
+            } else {
+                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number, attempt, error = %error,
+                    "processing failed; retrying in place");
+            }
+            if !pause(delay, stop).await {
+                return Outcome::Abandoned;
+            }
+            delay = (delay * 2).min(self.policy.max_backoff);
+            self.metrics.records_retried.inc();
+        }
+    }
+
+    /// Applies the policy to a record whose attempts ran out.
+    async fn dispose(
+        &self,
+        record: &Record,
+        history: History,
+        error: &ProcessError,
+        stop: &CancellationToken,
+    ) -> Outcome {
+        let policy = match self.policy.on_exhausted {
+            OnExhausted::Requeue if history.requeues >= self.policy.max_requeues => {
+                let fallback = if self.policy.dead_letter_stream.is_some() { "deadLetter" } else { "skip" };
+                tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
+                    requeues = history.requeues, fallback, "requeue limit reached");
+                if self.policy.dead_letter_stream.is_some() { OnExhausted::DeadLetter } else { OnExhausted::Skip }
+            }
+            policy => policy,
+        };
+        match policy {
+            OnExhausted::Block | OnExhausted::Skip => {
+                self.metrics.exhausted("skip");
+                tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
+                    partition_key = %record.partition_key, attempts = history.attempts, error = %error,
+                    "record skipped after its attempts ran out");
+                Outcome::Skipped
+            }
+            OnExhausted::Requeue => {
+                let copy = History { requeues: history.requeues + 1, attempts: history.attempts };
+                let data = requeue::wrap(&record.data, copy);
+                if !self.publish(&record.stream, &record.partition_key, data, stop).await {
+                    return Outcome::Abandoned;
+                }
+                self.metrics.exhausted("requeue");
+                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
+                    partition_key = %record.partition_key, attempts = history.attempts, requeues = copy.requeues,
+                    error = %error, "record requeued at the stream's tail");
+                Outcome::Requeued
+            }
+            OnExhausted::DeadLetter => {
+                let stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default();
+                let letter = DeadLetter {
+                    stream: &record.stream,
+                    shard_id: &record.shard_id,
+                    sequence_number: &record.sequence_number,
+                    partition_key: &record.partition_key,
+                    arrival_ms: record.arrival_ms,
+                    data: base64::engine::general_purpose::STANDARD.encode(&record.data),
+                    attempts: history.attempts,
+                    requeues: history.requeues,
+                    error: &error.message,
+                    owner: &self.owner,
+                };
+                let data = match serde_json::to_vec(&letter) {
+                    Ok(data) => Bytes::from(data),
+                    Err(e) => Bytes::from(format!("{{\"error\":\"cannot encode dead letter: {e}\"}}")),
+                };
+                if !self.publish(stream, &record.partition_key, data, stop).await {
+                    return Outcome::Abandoned;
+                }
+                self.metrics.exhausted("deadLetter");
+                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
+                    partition_key = %record.partition_key, attempts = history.attempts, dead_letter_stream = stream,
+                    error = %error, "record sent to the dead-letter stream");
+                Outcome::DeadLettered
+            }
+        }
+    }
+
+    /// Publishes until it succeeds (never dropping the record); false if a graceful stop came first.
+    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes, stop: &CancellationToken) -> bool {
+        let mut delay = self.policy.backoff.min(Duration::from_secs(1));
+        loop {
+            let result = match &self.publisher {
+                Some(publisher) => publisher.publish(stream, partition_key, data.clone()).await,
+                None => Err("no publisher configured".to_string()),
+            };
+            match result {
+                Ok(()) => return true,
+                Err(e) => tracing::warn!(stream, error = %e, ?delay, "cannot publish a failed record; retrying"),
+            }
+            if !pause(delay, stop).await {
+                return false;
+            }
+            delay = (delay * 2).min(self.policy.max_backoff);
+        }
+    }
+}
+
+/// Sleeps `delay`; false if `stop` came first.
+async fn pause(delay: Duration, stop: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = stop.cancelled() => false,
+        _ = tokio::time::sleep(delay) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// Fails every attempt; counts them.
+    struct Failing {
+        attempts: AtomicU32,
+        retryable: bool,
+    }
+
+    #[async_trait]
+    impl RecordProcessor for Failing {
+        async fn process(&self, _record: &Record) -> Result<(), ProcessError> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            Err(if self.retryable { ProcessError::retryable("boom") } else { ProcessError::permanent("bad request") })
+        }
+    }
+
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<(String, String, Bytes)>>);
+
+    #[async_trait]
+    impl Publisher for Collect {
+        async fn publish(&self, stream: &str, key: &str, data: Bytes) -> Result<(), String> {
+            self.0.lock().map_err(|e| e.to_string())?.push((stream.into(), key.into(), data));
+            Ok(())
+        }
+    }
+
+    fn record(data: Bytes) -> Record {
+        Record {
+            stream: Arc::from("orders"),
+            shard_id: Arc::from("shardId-1"),
+            sequence_number: "42".into(),
+            partition_key: "k".into(),
+            data,
+            arrival_ms: Some(7),
+        }
+    }
+
+    fn runner(policy: OnExhausted, retryable: bool) -> (Runner, Arc<Failing>, Arc<Collect>) {
+        let failing = Arc::new(Failing { attempts: AtomicU32::new(0), retryable });
+        let sink = Arc::new(Collect::default());
+        let policy = RetryPolicy {
+            max_attempts: 3,
+            backoff: Duration::from_millis(10),
+            on_exhausted: policy,
+            dead_letter_stream: Some("dlq".into()),
+            max_requeues: 2,
+            ..RetryPolicy::default()
+        };
+        let runner = Runner::new(failing.clone(), Arc::default()).with_policy(policy).with_publisher(sink.clone());
+        (runner, failing, sink)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn each_policy_disposes_after_max_attempts() {
+        let stop = CancellationToken::new();
+        let (skip, failing, sink) = runner(OnExhausted::Skip, true);
+        assert_eq!(skip.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::Skipped);
+        assert_eq!(failing.attempts.load(Ordering::SeqCst), 3);
+        assert!(sink.0.lock().unwrap().is_empty());
+        assert_eq!(skip.metrics().exhausted_count("skip"), 1);
+        assert_eq!(skip.metrics().records_retried.get(), 2);
+
+        let (dead, _, sink) = runner(OnExhausted::DeadLetter, true);
+        assert_eq!(dead.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::DeadLettered);
+        let letters = sink.0.lock().unwrap().clone();
+        assert_eq!(letters.len(), 1);
+        assert_eq!((letters[0].0.as_str(), letters[0].1.as_str()), ("dlq", "k"));
+        let letter: serde_json::Value = serde_json::from_slice(&letters[0].2).unwrap();
+        assert_eq!(letter["sequenceNumber"], "42");
+        assert_eq!(letter["attempts"], 3);
+        assert_eq!(letter["error"], "boom");
+        assert_eq!(letter["data"], "eA==");
+
+        let (requeue, _, sink) = runner(OnExhausted::Requeue, true);
+        assert_eq!(requeue.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::Requeued);
+        let copy = sink.0.lock().unwrap()[0].clone();
+        assert_eq!((copy.0.as_str(), copy.1.as_str()), ("orders", "k"), "back on its own stream, same key");
+        let (history, data) = requeue::open(&copy.2).expect("a requeue envelope");
+        assert_eq!((history.requeues, history.attempts, &data[..]), (1, 3, &b"x"[..]));
+        // The copy's own run starts from its history; at the limit it goes to the dead-letter stream.
+        assert_eq!(requeue.run(&record(copy.2.clone()), &stop).await, Outcome::Requeued);
+        let second = sink.0.lock().unwrap()[1].2.clone();
+        assert_eq!(requeue::open(&second).map(|(h, _)| h), Some(History { requeues: 2, attempts: 6 }));
+        assert_eq!(requeue.run(&record(second), &stop).await, Outcome::DeadLettered);
+        assert_eq!(sink.0.lock().unwrap()[2].0, "dlq");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permanent_error_skips_the_retries_but_block_keeps_trying() {
+        let stop = CancellationToken::new();
+        let (skip, failing, _) = runner(OnExhausted::Skip, false);
+        assert_eq!(skip.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::Skipped);
+        assert_eq!(failing.attempts.load(Ordering::SeqCst), 1, "4xx-like errors are not retried");
+
+        let (block, failing, _) = runner(OnExhausted::Block, true);
+        let one = record(Bytes::from_static(b"x"));
+        let timed = tokio::time::timeout(Duration::from_secs(60), block.run(&one, &stop)).await;
+        assert!(timed.is_err(), "block never gives up");
+        assert!(failing.attempts.load(Ordering::SeqCst) > 5);
+        // A graceful stop interrupts the wait between attempts: the record is left for redelivery.
+        let stopped = CancellationToken::new();
+        stopped.cancel();
+        assert_eq!(block.run(&record(Bytes::from_static(b"x")), &stopped).await, Outcome::Abandoned);
+        assert_eq!(block.metrics().records_in_flight.get(), 0, "the gauge follows dropped runs");
+    }
+}

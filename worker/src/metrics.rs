@@ -1,0 +1,120 @@
+//! The worker's Prometheus metrics (`/metrics`), shared by the coordinator, the shard readers and the
+//! record runner.
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+/// Labels of a per-shard or per-outcome series.
+type Labels = Vec<(&'static str, String)>;
+
+/// Every metric a worker exports, registered under the `leasehold_` prefix.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    /// Records processed successfully.
+    pub records_processed: Counter,
+    /// Failed processing attempts (a record failing three times counts three).
+    pub records_failed: Counter,
+    /// Attempts retried in place after a failure.
+    pub records_retried: Counter,
+    /// Records whose attempts ran out, by what was done with them (`skip`, `requeue`, `deadLetter`).
+    pub records_exhausted: Family<Labels, Counter>,
+    /// Records being processed right now, over all shards.
+    pub records_in_flight: Gauge,
+    /// Leases this worker holds.
+    pub leases_held: Gauge,
+    /// Lease renewals that failed (each retried; the lease is lost when its deadline passes).
+    pub renewals_failed: Counter,
+    /// Checkpoints written.
+    pub checkpoints_written: Counter,
+    /// Milliseconds behind the stream's tip at the last GetRecords, per shard.
+    pub millis_behind_latest: Family<Labels, Gauge>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("leasehold");
+        let metrics = Self {
+            registry: Registry::default(),
+            records_processed: Counter::default(),
+            records_failed: Counter::default(),
+            records_retried: Counter::default(),
+            records_exhausted: Family::default(),
+            records_in_flight: Gauge::default(),
+            leases_held: Gauge::default(),
+            renewals_failed: Counter::default(),
+            checkpoints_written: Counter::default(),
+            millis_behind_latest: Family::default(),
+        };
+        // Registered metrics share their storage with the fields above (they are handles).
+        registry.register("records_processed", "Records processed successfully", metrics.records_processed.clone());
+        registry.register("records_failed", "Failed processing attempts", metrics.records_failed.clone());
+        registry.register("records_retried", "Attempts retried in place", metrics.records_retried.clone());
+        registry.register(
+            "records_exhausted",
+            "Records whose attempts ran out, by policy applied (skip, requeue, deadLetter)",
+            metrics.records_exhausted.clone(),
+        );
+        registry.register("records_in_flight", "Records being processed now", metrics.records_in_flight.clone());
+        registry.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
+        registry.register("lease_renewals_failed", "Lease renewals that failed", metrics.renewals_failed.clone());
+        registry.register("checkpoints_written", "Checkpoints written", metrics.checkpoints_written.clone());
+        registry.register(
+            "millis_behind_latest",
+            "Milliseconds behind the tip at the last GetRecords, per shard",
+            metrics.millis_behind_latest.clone(),
+        );
+        Self { registry, ..metrics }
+    }
+}
+
+impl Metrics {
+    /// Counts a record whose attempts ran out and to which `policy` was applied.
+    pub fn exhausted(&self, policy: &'static str) {
+        self.records_exhausted.get_or_create(&vec![("policy", policy.to_string())]).inc();
+    }
+
+    /// How many records `policy` was applied to so far.
+    pub fn exhausted_count(&self, policy: &'static str) -> u64 {
+        self.records_exhausted.get_or_create(&vec![("policy", policy.to_string())]).get()
+    }
+
+    /// Sets how far behind the tip `shard` was at its last read.
+    pub fn behind(&self, shard: &str, millis: i64) {
+        self.millis_behind_latest.get_or_create(&vec![("shard", shard.to_string())]).set(millis);
+    }
+
+    /// Forgets `shard`'s series once this worker no longer reads it.
+    pub fn forget_shard(&self, shard: &str) {
+        self.millis_behind_latest.remove(&vec![("shard", shard.to_string())]);
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn encodes_prefixed_names_and_labels() {
+        let metrics = Metrics::default();
+        metrics.records_processed.inc_by(3);
+        metrics.exhausted("skip");
+        metrics.behind("orders:shardId-0", 42);
+        let text = metrics.encode();
+        assert!(text.contains("leasehold_records_processed_total 3"), "{text}");
+        assert!(text.contains("leasehold_records_exhausted_total{policy=\"skip\"} 1"), "{text}");
+        assert!(text.contains("leasehold_millis_behind_latest{shard=\"orders:shardId-0\"} 42"), "{text}");
+        metrics.forget_shard("orders:shardId-0");
+        assert!(!metrics.encode().contains("orders:shardId-0"));
+    }
+}

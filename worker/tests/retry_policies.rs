@@ -1,0 +1,303 @@
+//! Each `retry.onExhausted` policy end to end on the emulators: a worker run in-process through the
+//! library API with a Rust processor that fails deterministically for some records.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use aws_sdk_kinesis::types::ShardIteratorType;
+use common::*;
+use leasehold_testkit::kinesis::put_records;
+use leasehold_worker::config::WorkerConfig;
+use leasehold_worker::dispatch::open_requeued;
+use leasehold_worker::metrics::Metrics;
+use leasehold_worker::processor::{ProcessError, Record, RecordProcessor};
+use leasehold_worker::runtime;
+use tokio_util::sync::CancellationToken;
+
+/// Fails every attempt on records whose data ends in `:3` (one per key) until healed; remembers every
+/// attempt in order.
+#[derive(Default)]
+struct Flaky {
+    healed: AtomicBool,
+    attempts: Mutex<Vec<(String, String)>>,
+}
+
+impl Flaky {
+    fn failing(data: &str) -> bool {
+        data.ends_with(":3")
+    }
+
+    fn attempts_on(&self, data: &str) -> usize {
+        self.attempts.lock().unwrap().iter().filter(|(_, d)| d == data).count()
+    }
+
+    /// Successful or not, the data of every attempt on `key`, in order.
+    fn key_attempts(&self, key: &str) -> Vec<String> {
+        self.attempts.lock().unwrap().iter().filter(|(k, _)| k == key).map(|(_, d)| d.clone()).collect()
+    }
+
+    fn distinct(&self) -> usize {
+        let attempts = self.attempts.lock().unwrap();
+        attempts.iter().map(|(_, d)| d.as_str()).collect::<std::collections::HashSet<_>>().len()
+    }
+}
+
+#[async_trait]
+impl RecordProcessor for Flaky {
+    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+        let data = String::from_utf8_lossy(&record.data).into_owned();
+        self.attempts.lock().unwrap().push((record.partition_key.clone(), data.clone()));
+        if Self::failing(&data) && !self.healed.load(Ordering::SeqCst) {
+            return Err(ProcessError::retryable(format!("cannot handle {data}")));
+        }
+        Ok(())
+    }
+}
+
+/// Runs `test` on a runtime of its own, after giving the SDK's default credential chain the test
+/// credentials (a worker in this process finds them in the environment, as the binary does).
+fn run_test(test: impl std::future::Future<Output = ()>) {
+    static ENV: std::sync::Once = std::sync::Once::new();
+    // SAFETY: every test calls this before anything reads the environment, and the Once makes the
+    // other tests wait until the variables are set, so no read runs alongside the write.
+    ENV.call_once(|| unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "leasehold-test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "leasehold-test");
+    });
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(test);
+}
+
+/// A worker running in this process until dropped or stopped.
+struct InProcess {
+    flaky: Arc<Flaky>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InProcess {
+    fn start(stream: &str, extra: &str) -> Self {
+        let yaml = config(stream, None, &format!("startPosition: TRIM_HORIZON\n{extra}"));
+        let config = WorkerConfig::parse(&yaml, Path::new("test.yaml")).expect("valid config");
+        let flaky = Arc::new(Flaky::default());
+        let metrics = Arc::new(Metrics::default());
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(runtime::run_with_metrics(
+            config,
+            "retry-test".into(),
+            flaky.clone(),
+            metrics.clone(),
+            shutdown.clone(),
+        ));
+        let task = tokio::spawn(async move { task.await.expect("runtime task").expect("runtime") });
+        Self { flaky, metrics, shutdown, task }
+    }
+
+    async fn stop(self) {
+        self.shutdown.cancel();
+        tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("stops").expect("runtime task");
+    }
+}
+
+async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < timeout {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// Every record on `stream`'s first shard: (partition key, data).
+async fn read_stream(client: &aws_sdk_kinesis::Client, stream: &str) -> Vec<(String, Vec<u8>)> {
+    let shards = client.list_shards().stream_name(stream).send().await.expect("list shards");
+    let shard = shards.shards.unwrap_or_default().remove(0).shard_id;
+    let mut iterator = client
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(shard)
+        .shard_iterator_type(ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .expect("iterator")
+        .shard_iterator;
+    let mut out = Vec::new();
+    while let Some(current) = iterator {
+        let page = client.get_records().shard_iterator(current).send().await.expect("get records");
+        let empty = page.records.is_empty();
+        out.extend(page.records.into_iter().map(|r| (r.partition_key, r.data.into_inner())));
+        iterator = if empty { None } else { page.next_shard_iterator };
+    }
+    out
+}
+
+const KEYS: usize = 5;
+const PER_KEY: u64 = 6;
+
+async fn stream_with_records(prefix: &str) -> (aws_sdk_kinesis::Client, String, Vec<(String, Vec<u8>)>) {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, prefix, 1).await;
+    let written = records(KEYS, 0, PER_KEY);
+    put_records(&kinesis, &stream, &written).await;
+    (kinesis, stream, written)
+}
+
+/// Each key's successful records came in the order written (failing ones excepted).
+fn assert_key_order(flaky: &Flaky, keep_failing: bool) {
+    for k in 0..KEYS {
+        let key = format!("key-{k}");
+        let mut seen: Vec<String> = flaky.key_attempts(&key);
+        seen.dedup();
+        if !keep_failing {
+            seen.retain(|d| !Flaky::failing(d));
+        }
+        let expected: Vec<String> =
+            (0..PER_KEY).map(|n| format!("{key}:{n}")).filter(|d| keep_failing || !Flaky::failing(d)).collect();
+        assert_eq!(seen, expected, "{key} out of order");
+    }
+}
+
+#[test]
+fn skip_counts_logs_and_moves_on() {
+    run_test(async {
+        let (_kinesis, stream, written) = stream_with_records("skip").await;
+        let worker = InProcess::start(
+            &stream,
+            "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 3, backoff: 10ms, onExhausted: skip}\n",
+        );
+        let metrics = worker.metrics.clone();
+        eventually("every record processed or skipped", Duration::from_secs(30), || {
+            metrics.records_processed.get() + metrics.exhausted_count("skip") >= written.len() as u64
+        })
+        .await;
+        let flaky = worker.flaky.clone();
+        worker.stop().await;
+        assert_eq!(metrics.exhausted_count("skip"), KEYS as u64, "one failing record per key");
+        assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+        assert_eq!(metrics.records_failed.get(), 3 * KEYS as u64);
+        assert_eq!(metrics.records_retried.get(), 2 * KEYS as u64);
+        for k in 0..KEYS {
+            assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), 3, "exactly maxAttempts attempts");
+        }
+        // The skipped record kept its place: the key's next record came only after its last attempt.
+        assert_key_order(&flaky, true);
+    });
+}
+
+#[test]
+fn dead_letter_publishes_the_record_with_its_metadata_and_error() {
+    run_test(async {
+        let (kinesis, stream, written) = stream_with_records("deadletter").await;
+        let dead = leasehold_testkit::create_stream(&kinesis, "dlq", 1).await;
+        let worker = InProcess::start(
+            &stream,
+            &format!(
+                "ordering: none\nconcurrency: 8\nretry: {{maxAttempts: 2, backoff: 10ms, onExhausted: deadLetter, \
+             deadLetterStream: {dead}}}\n"
+            ),
+        );
+        let metrics = worker.metrics.clone();
+        eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
+            metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= written.len() as u64
+        })
+        .await;
+        worker.stop().await;
+        let letters = read_stream(&kinesis, &dead).await;
+        assert_eq!(letters.len(), KEYS, "one dead letter per failing record");
+        let mut seen = Vec::new();
+        for (key, body) in letters {
+            let letter: serde_json::Value = serde_json::from_slice(&body).expect("JSON dead letter");
+            let data = base64::Engine::decode(
+                &base64::engine::general_purpose::STANDARD,
+                letter["data"].as_str().expect("data"),
+            )
+            .expect("base64");
+            let data = String::from_utf8(data).expect("utf8");
+            assert_eq!(letter["partitionKey"], key.as_str(), "keyed by the original partition key");
+            assert_eq!(data, format!("{key}:3"));
+            assert_eq!(letter["stream"], stream.as_str());
+            assert_eq!(letter["shardId"], "shardId-000000000000");
+            assert!(letter["sequenceNumber"].as_str().is_some_and(|s| !s.is_empty()));
+            assert_eq!(letter["attempts"], 2);
+            assert_eq!(letter["error"], format!("cannot handle {data}"));
+            assert_eq!(letter["owner"], "retry-test");
+            seen.push(data);
+        }
+        seen.sort();
+        assert_eq!(seen, (0..KEYS).map(|k| format!("key-{k}:3")).collect::<Vec<_>>());
+    });
+}
+
+#[test]
+fn requeue_puts_copies_at_the_tail_until_the_limit_then_skips() {
+    run_test(async {
+        let (kinesis, stream, written) = stream_with_records("requeue").await;
+        let worker = InProcess::start(
+            &stream,
+            "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 2, backoff: 10ms, onExhausted: requeue}\n",
+        );
+        let metrics = worker.metrics.clone();
+        // Each failing record: put back three times (the limit), then skipped as no dead-letter stream is set.
+        eventually("every copy exhausted", Duration::from_secs(60), || metrics.exhausted_count("skip") >= KEYS as u64)
+            .await;
+        let flaky = worker.flaky.clone();
+        worker.stop().await;
+        assert_eq!(metrics.exhausted_count("requeue"), 3 * KEYS as u64);
+        assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+        for k in 0..KEYS {
+            let data = format!("key-{k}:3");
+            assert_eq!(flaky.attempts_on(&data), 2 * 4, "{data}: 2 attempts on the original and on each of 3 copies");
+        }
+        assert_eq!(flaky.distinct(), written.len(), "the processor saw the original data, never the envelope");
+        // The copies are on the stream, keyed like the original, carrying their history.
+        let on_stream = read_stream(&kinesis, &stream).await;
+        let mut copies: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
+        for (key, data) in &on_stream[written.len()..] {
+            let (history, original) = open_requeued(&bytes::Bytes::from(data.clone())).expect("a requeued copy");
+            assert_eq!(original, format!("{key}:3").as_bytes());
+            copies.entry(key.clone()).or_default().push((history.requeues, history.attempts));
+        }
+        for k in 0..KEYS {
+            assert_eq!(copies[&format!("key-{k}")], vec![(1, 2), (2, 4), (3, 6)]);
+        }
+    });
+}
+
+#[test]
+fn block_holds_the_key_back_and_keeps_its_order() {
+    run_test(async {
+        let (_kinesis, stream, written) = stream_with_records("block").await;
+        let worker = InProcess::start(
+            &stream,
+            // More slots than keys: a blocked record holds its slot, so each key needs one of its own.
+            "ordering: key\nconcurrency: 8\nretry: {maxAttempts: 2, backoff: 10ms, onExhausted: block}\n",
+        );
+        let metrics = worker.metrics.clone();
+        let flaky = worker.flaky.clone();
+        // Records before the failing one of each key go through; nothing after it does.
+        eventually("each key blocked on its failing record", Duration::from_secs(30), || {
+            (0..KEYS).all(|k| flaky.attempts_on(&format!("key-{k}:3")) >= 4)
+        })
+        .await;
+        assert_eq!(metrics.records_processed.get(), 3 * KEYS as u64, "only records 0..2 of each key");
+        for k in 0..KEYS {
+            assert_eq!(flaky.attempts_on(&format!("key-{k}:4")), 0, "key-{k}: a later record ran past a blocked one");
+        }
+        flaky.healed.store(true, Ordering::SeqCst);
+        eventually("everything processed once healed", Duration::from_secs(30), || {
+            metrics.records_processed.get() >= written.len() as u64
+        })
+        .await;
+        worker.stop().await;
+        assert_eq!(metrics.exhausted_count("skip") + metrics.exhausted_count("requeue"), 0);
+        assert_key_order(&flaky, true);
+    });
+}

@@ -10,6 +10,7 @@ pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod error;
+pub mod leader;
 pub mod metrics;
 pub mod shards;
 pub mod table;

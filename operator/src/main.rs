@@ -9,6 +9,7 @@ use clap::Parser;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
 use leasehold_operator::context::{Context, Settings};
+use leasehold_operator::leader::{self, Election};
 use leasehold_operator::metrics::{self, Metrics};
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +26,12 @@ struct Args {
     /// Watch only this namespace (default: every namespace).
     #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
     namespace: Option<String>,
+    /// Run leader election so only one of several replicas reconciles.
+    #[arg(long, env = "LEASEHOLD_LEADER_ELECT")]
+    leader_elect: bool,
+    /// Namespace of the leader election Lease (default: the pod's namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
     /// How often stream shard counts are polled.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     shard_poll_interval: Duration,
@@ -92,8 +99,28 @@ async fn main() -> ExitCode {
         }
         signals.cancel();
     });
+    let stop = shutdown.child_token();
+    if args.leader_elect {
+        let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("operator-{}", std::process::id()));
+        let election = Election::new(args.leader_election_namespace, "leasehold-operator", identity);
+        let lost = CancellationToken::new();
+        if !leader::lead(ctx.client.clone(), election, lost.clone(), shutdown.clone()).await {
+            return ExitCode::SUCCESS;
+        }
+        let stop_on_loss = stop.clone();
+        tokio::spawn(async move {
+            lost.cancelled().await;
+            stop_on_loss.cancel();
+        });
+    }
     tracing::info!("operator started");
-    leasehold_operator::controller::run(ctx, args.namespace, shutdown).await;
-    tracing::info!("operator stopped");
-    ExitCode::SUCCESS
+    leasehold_operator::controller::run(ctx, args.namespace, stop).await;
+    if shutdown.is_cancelled() {
+        tracing::info!("operator stopped");
+        ExitCode::SUCCESS
+    } else {
+        // Leadership lost: exit so the pod restarts as a candidate.
+        tracing::error!("operator stopped: leadership lost");
+        ExitCode::FAILURE
+    }
 }

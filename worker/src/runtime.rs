@@ -16,7 +16,7 @@ use crate::lease::{
     DynamoLeaseStore, LeaseError, LeaseSettings, LeaseStore, MemoryLeaseStore, ensure_table, unique_owner_id,
 };
 use crate::metrics::Metrics;
-use crate::processor::{RecordProcessor, StdoutProcessor};
+use crate::processor::{HttpProcessor, HttpProcessorError, RecordProcessor, StdoutProcessor};
 use crate::shard::ReaderSettings;
 
 /// Why a worker could not run.
@@ -28,6 +28,9 @@ pub enum RuntimeError {
     /// The spec names a processor this binary does not provide yet.
     #[error("processor {0} is not available in this build")]
     ProcessorUnavailable(&'static str),
+    /// The http processor's settings are unusable.
+    #[error(transparent)]
+    Http(#[from] HttpProcessorError),
 }
 
 /// Picks the owner id: `--owner-id`, else `spec.ownerId`, else a fresh one unique to this process.
@@ -41,7 +44,10 @@ pub fn processor(config: &WorkerConfig, owner: &str) -> Result<Arc<dyn RecordPro
     if spec.stdout.is_some() {
         return Ok(Arc::new(StdoutProcessor::new(owner)));
     }
-    Err(RuntimeError::ProcessorUnavailable(if spec.http.is_some() { "http" } else { "multilang" }))
+    if let Some(http) = &spec.http {
+        return Ok(Arc::new(HttpProcessor::new(&http.url, config.durations.http_timeout)?));
+    }
+    Err(RuntimeError::ProcessorUnavailable("multilang"))
 }
 
 /// The order and concurrency named by the spec (`ordering` default key, `concurrency` default 1).

@@ -1,6 +1,7 @@
 //! Record processors: what a worker does with each record. The binary picks one from the spec; a Rust
 //! program can bring its own by implementing [`RecordProcessor`].
 
+mod http;
 mod stdout;
 
 use std::sync::Arc;
@@ -9,6 +10,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::lease::LeaseKey;
+pub use http::{EVENT_TYPE, HttpProcessor, HttpProcessorError};
 pub use stdout::StdoutProcessor;
 
 /// One Kinesis record as handed to a processor.

@@ -1,0 +1,171 @@
+//! The `http` processor: each record is POSTed to a URL (usually a sidecar in the same pod) as a
+//! CloudEvent in HTTP binary mode: the raw data as the body, the metadata in `ce-` headers.
+//!
+//! | header | value |
+//! |---|---|
+//! | `ce-specversion` | `1.0` |
+//! | `ce-id` | `<shardId>-<sequenceNumber>` (unique within the stream) |
+//! | `ce-source` | `kinesis:<stream>` |
+//! | `ce-type` | `io.leasehold.kinesis.record` |
+//! | `ce-time` | the record's arrival time (RFC 3339), when known |
+//! | `ce-partitionkey` | the partition key (CloudEvents partitioning extension) |
+//! | `ce-shardid`, `ce-sequencenumber` | the shard and sequence number |
+//! | `content-type` | `application/octet-stream` |
+//!
+//! Values outside printable ASCII (and space, `"`, `%`) are percent-encoded, as the CloudEvents HTTP
+//! binding requires. Answers: 2xx acknowledges the record. 5xx, 408, 429, timeouts and connection
+//! errors are retryable failures (retried in place with backoff). Any other 4xx means the receiver
+//! rejects this record: it is not retried and `retry.onExhausted` applies at once (with `block`, the
+//! default, it is still retried, so nothing is lost to a misconfigured URL). 1xx and 3xx (redirects are
+//! not followed) are retryable failures.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+
+use super::{ProcessError, Record, RecordProcessor};
+
+/// The `ce-type` of every record.
+pub const EVENT_TYPE: &str = "io.leasehold.kinesis.record";
+
+/// Why an http processor could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum HttpProcessorError {
+    /// The URL does not parse.
+    #[error("processor.http.url: {0}")]
+    BadUrl(String),
+    /// Only plain HTTP is spoken (to a sidecar or a service in the cluster).
+    #[error("processor.http.url: only http:// URLs are supported, got {0}")]
+    UnsupportedScheme(String),
+}
+
+/// POSTs each record to a URL, CloudEvents binary mode.
+#[derive(Debug, Clone)]
+pub struct HttpProcessor {
+    client: Client<HttpConnector, Full<Bytes>>,
+    url: Uri,
+    timeout: Duration,
+}
+
+impl HttpProcessor {
+    /// A processor POSTing to `url`, each exchange bounded by `timeout`.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, HttpProcessorError> {
+        let url: Uri =
+            url.parse().map_err(|e: axum::http::uri::InvalidUri| HttpProcessorError::BadUrl(e.to_string()))?;
+        if url.scheme_str() != Some("http") {
+            return Err(HttpProcessorError::UnsupportedScheme(url.to_string()));
+        }
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(timeout));
+        let client = Client::builder(TokioExecutor::new()).build(connector);
+        Ok(Self { client, url, timeout })
+    }
+
+    /// The request for `record`.
+    pub fn request(&self, record: &Record) -> Result<Request<Full<Bytes>>, ProcessError> {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/octet-stream")
+            .header("ce-specversion", "1.0")
+            .header("ce-type", EVENT_TYPE);
+        let headers = [
+            ("ce-id", format!("{}-{}", record.shard_id, record.sequence_number)),
+            ("ce-source", format!("kinesis:{}", record.stream)),
+            ("ce-partitionkey", record.partition_key.clone()),
+            ("ce-shardid", record.shard_id.to_string()),
+            ("ce-sequencenumber", record.sequence_number.clone()),
+        ];
+        for (name, value) in headers {
+            request = request.header(HeaderName::from_static(name), ce_value(&value)?);
+        }
+        if let Some(ms) = record.arrival_ms.and_then(|ms| u64::try_from(ms).ok()) {
+            let time = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+            request = request.header("ce-time", humantime::format_rfc3339_millis(time).to_string());
+        }
+        request.body(Full::new(record.data.clone())).map_err(|e| ProcessError::permanent(format!("request: {e}")))
+    }
+}
+
+/// A header value percent-encoded per the CloudEvents HTTP binding.
+fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
+    let mut out = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if (0x21..=0x7e).contains(&byte) && byte != b'"' && byte != b'%' {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    HeaderValue::from_str(&out).map_err(|e| ProcessError::permanent(format!("header value: {e}")))
+}
+
+/// True for the 4xx answers that mean "this record is refused" rather than "try later".
+fn rejects_record(status: StatusCode) -> bool {
+    status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT && status != StatusCode::TOO_MANY_REQUESTS
+}
+
+#[async_trait]
+impl RecordProcessor for HttpProcessor {
+    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+        let request = self.request(record)?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| ProcessError::retryable(format!("{e:?}")))?;
+            let status = response.status();
+            // Reading the answer to its end lets the connection be reused.
+            let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            Ok::<_, ProcessError>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| ProcessError::retryable(format!("no answer within {:?}", self.timeout)))??;
+        if status.is_success() {
+            return Ok(());
+        }
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        let message = format!("{} answered {status}: {text}", self.url);
+        if rejects_record(status) {
+            Err(ProcessError::permanent(message))
+        } else {
+            Err(ProcessError::retryable(message))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_values_are_percent_encoded() {
+        assert_eq!(ce_value("customer-7").unwrap(), "customer-7");
+        assert_eq!(ce_value("a b\"c%d").unwrap(), "a%20b%22c%25d");
+        assert_eq!(ce_value("é").unwrap(), "%C3%A9");
+    }
+
+    #[test]
+    fn only_plain_http_urls() {
+        assert!(HttpProcessor::new("http://127.0.0.1:8080/records", Duration::from_secs(1)).is_ok());
+        assert!(matches!(
+            HttpProcessor::new("https://example.invalid/", Duration::from_secs(1)),
+            Err(HttpProcessorError::UnsupportedScheme(_))
+        ));
+        assert!(matches!(HttpProcessor::new("not a url", Duration::from_secs(1)), Err(HttpProcessorError::BadUrl(_))));
+    }
+
+    #[test]
+    fn which_answers_reject_the_record() {
+        assert!(rejects_record(StatusCode::BAD_REQUEST));
+        assert!(rejects_record(StatusCode::UNPROCESSABLE_ENTITY));
+        assert!(!rejects_record(StatusCode::TOO_MANY_REQUESTS));
+        assert!(!rejects_record(StatusCode::REQUEST_TIMEOUT));
+        assert!(!rejects_record(StatusCode::SERVICE_UNAVAILABLE));
+    }
+}

@@ -13,8 +13,10 @@ use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as Finalized, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use leasehold_crds::{DeletionPolicy, StreamConsumer, StreamConsumerStatus};
+use leasehold_crds::{DeletionPolicy, StreamConsumer, StreamConsumerStatus, WorkerLeases};
+use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 use serde_json::json;
+use std::collections::BTreeMap;
 use tokio_util::sync::CancellationToken;
 
 use crate::build;
@@ -154,6 +156,20 @@ async fn observe_streams(consumer: &StreamConsumer, ctx: &Context) -> (Verdict, 
     (Verdict::ok("Found", format!("{open} open shard(s)")), Some(open))
 }
 
+/// How many leases each worker holds, read from the lease table (empty when there is none or it cannot
+/// be read; the table's own condition reports why).
+async fn lease_spread(consumer: &StreamConsumer, ctx: &Context) -> Vec<WorkerLeases> {
+    let Some(table) = &consumer.spec.lease_table else { return Vec::new() };
+    let clients = ctx.aws.get(&consumer.spec.aws).await;
+    let reader = DynamoLeaseStore::new(clients.dynamodb, table.name.clone(), LeaseSettings::new(FIELD_MANAGER));
+    let Ok(page) = reader.list().await else { return Vec::new() };
+    let mut counts: BTreeMap<String, i32> = BTreeMap::new();
+    for owner in page.leases.into_iter().filter(|l| !l.checkpoint.is_shard_end()).filter_map(|l| l.owner) {
+        *counts.entry(owner).or_default() += 1;
+    }
+    counts.into_iter().map(|(owner, leases)| WorkerLeases { owner, leases }).collect()
+}
+
 async fn apply(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
     let previous = consumer.status.clone().unwrap_or_default();
@@ -163,7 +179,8 @@ async fn apply(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         let invalid = Verdict::failed("InvalidSpec", message);
         let verdicts =
             Verdicts { spec: invalid.clone(), table: invalid.clone(), stream: invalid.clone(), workers: invalid };
-        write_status(consumer, ctx, &verdicts, previous.open_shards, previous.replicas.unwrap_or(0)).await?;
+        let replicas = previous.replicas.unwrap_or(0);
+        write_status(consumer, ctx, &verdicts, previous.open_shards, replicas, previous.leases.clone()).await?;
         return Ok(Action::await_change());
     }
     let (table_verdict, table_ready) = observe_table(consumer, ctx).await?;
@@ -201,7 +218,8 @@ async fn apply(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         stream: stream_verdict,
         workers: workers_verdict,
     };
-    write_status(consumer, ctx, &verdicts, open_shards, replicas).await?;
+    let leases = if table_ready { lease_spread(consumer, ctx).await } else { Vec::new() };
+    write_status(consumer, ctx, &verdicts, open_shards, replicas, leases).await?;
     Ok(Action::requeue(if table_ready { ctx.shards.interval() } else { TABLE_WAIT }))
 }
 
@@ -211,6 +229,7 @@ async fn write_status(
     verdicts: &Verdicts,
     open_shards: Option<i32>,
     replicas: i32,
+    leases: Vec<WorkerLeases>,
 ) -> Result<()> {
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
     let previous = consumer.status.clone().unwrap_or_default();
@@ -226,7 +245,7 @@ async fn write_status(
         open_shards,
         replicas: Some(replicas),
         selector: Some(build::selector(consumer)),
-        leases: previous.leases.clone(),
+        leases,
     };
     let patch = json!({
         "apiVersion": StreamConsumer::api_version(&()),

@@ -71,9 +71,12 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
             == 2
     })
     .await;
-    assert_eq!(ns.condition("orders", "TableReady").await.map(|c| c.0).as_deref(), Some("True"));
-    assert_eq!(ns.condition("orders", "StreamReady").await.map(|c| c.0).as_deref(), Some("True"));
-    assert_eq!(ns.condition("orders", "WorkersReady").await, Some(("False".into(), "WorkersNotReady".into())));
+    wait("table and stream ready, workers not yet", SLOW, || async {
+        ns.condition("orders", "TableReady").await.map(|c| c.0).as_deref() == Some("True")
+            && ns.condition("orders", "StreamReady").await.map(|c| c.0).as_deref() == Some("True")
+            && ns.condition("orders", "WorkersReady").await == Some(("False".into(), "WorkersNotReady".into()))
+    })
+    .await;
 
     ns.mark_pods_ready("orders").await;
     wait("Ready", SLOW, || async { ns.condition("orders", "Ready").await.map(|c| c.0).as_deref() == Some("True") })
@@ -86,6 +89,27 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         status.selector.as_deref(),
         Some("app.kubernetes.io/name=leasehold-worker,leasehold.io/consumer=orders")
     );
+
+    // The spread of leases over workers comes from the lease table.
+    let store = leasehold_worker::lease::DynamoLeaseStore::new(
+        dynamodb.clone(),
+        table.clone(),
+        leasehold_worker::lease::LeaseSettings::new("orders-workers-abc"),
+    );
+    use leasehold_worker::lease::LeaseStore;
+    let key = leasehold_worker::lease::LeaseKey::new(stream.as_str(), "shardId-000000000000");
+    let row = leasehold_worker::lease::NewLease {
+        key: key.clone(),
+        checkpoint: leasehold_worker::lease::Checkpoint::TrimHorizon,
+        parent_shard_ids: vec![],
+    };
+    store.create_if_absent(&row).await.unwrap();
+    store.acquire(&store.get(&key).await.unwrap().unwrap()).await.unwrap();
+    wait("lease spread in status", SLOW, || async {
+        let status = ns.consumers().get("orders").await.unwrap().status.unwrap();
+        status.leases.iter().any(|w| w.owner == "orders-workers-abc" && w.leases == 1)
+    })
+    .await;
 
     // A spec change rolls the workers: the pod template's config hash changes.
     let before =

@@ -29,9 +29,10 @@ control-plane-stop:
 	$(GROUND)/control-plane.sh stop
 
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
-bench: emulators
+bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench lease_store
 	cargo bench -p leasehold-worker --bench runtime
+	cargo bench -p leasehold-operator --bench consumers
 
 ## A live show: three worker processes share a stream, one is killed, one shut down gracefully.
 demo: emulators

@@ -19,6 +19,8 @@ use leasehold_operator::metrics::Metrics;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+pub mod kubelet;
+
 const START_HINT: &str = "start it with `make control-plane` (tests/ground/control-plane.sh start), or run `make test`";
 
 fn kubeconfig_path() -> PathBuf {

@@ -42,6 +42,7 @@ demo: emulators
 ## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
 crds:
 	cargo run -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
+	cp crds/streamconsumer.yaml charts/leasehold/crds/streamconsumer.yaml
 
 fmt:
 	cargo fmt --all

@@ -1,0 +1,171 @@
+//! The Helm chart: lint and template offline, then install into the local control plane in a namespace
+//! enforcing the restricted Pod Security Standard, and run the operator under the chart's own
+//! ServiceAccount token to prove its RBAC is enough.
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube::config::{AuthInfo, Kubeconfig};
+use serde_json::json;
+use support::{aws, wait};
+
+fn tool(name: &str) -> PathBuf {
+    let cache = std::env::var_os("LEASEHOLD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold"));
+    let path = cache.join("k8s-bin").join(name);
+    assert!(path.exists(), "{} is missing: install it with `tests/ground/control-plane.sh install`", path.display());
+    path
+}
+
+fn chart() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/leasehold").to_string()
+}
+
+fn kubeconfig() -> String {
+    std::env::var("KUBECONFIG").unwrap_or_else(|_| {
+        format!("{}/.cache/leasehold/run/control-plane/kubeconfig", std::env::var("HOME").unwrap_or_default())
+    })
+}
+
+fn run(command: &mut Command) -> String {
+    let out = command.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{command:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_chart_lints_and_renders_and_its_crd_matches_the_types() {
+    run(Command::new(tool("helm")).args(["lint", "--strict", &chart()]));
+    let one = run(Command::new(tool("helm")).args(["template", "t", &chart(), "--kube-version", "1.34.2"]));
+    assert!(!one.contains("--leader-elect"), "one replica needs no election");
+    let two = run(Command::new(tool("helm")).args([
+        "template",
+        "t",
+        &chart(),
+        "--kube-version",
+        "1.34.2",
+        "--set",
+        "replicas=2",
+    ]));
+    assert!(two.contains("--leader-elect"));
+    let refused = Command::new(tool("helm"))
+        .args(["template", "t", &chart(), "--kube-version", "1.34.2", "--set", "replicas=0"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "values.schema.json must refuse replicas 0");
+    let committed = std::fs::read_to_string(format!("{}/crds/streamconsumer.yaml", chart())).unwrap();
+    assert_eq!(committed, leasehold_crds::crd_yaml().unwrap(), "the chart's CRD drifted: run `make crds`");
+}
+
+#[tokio::test]
+async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
+    let client = support::client().await;
+    support::install_crd(&client).await;
+    let namespaces = Api::<Namespace>::all(client.clone());
+    let release_ns = leasehold_testkit::unique_name("chart").to_lowercase();
+    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": release_ns, "labels": {
+        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}))
+    .unwrap();
+    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let release = format!("lh{}", std::process::id());
+    run(Command::new(tool("helm")).args([
+        "install",
+        &release,
+        &chart(),
+        "--namespace",
+        &release_ns,
+        "--kubeconfig",
+        &kubeconfig(),
+        "--wait=false",
+    ]));
+
+    // The operator's pod is admitted under the restricted standard.
+    let pods = Api::<Pod>::namespaced(client.clone(), &release_ns);
+    wait("operator pod admitted", Duration::from_secs(30), || async {
+        pods.list(&ListParams::default().labels("app.kubernetes.io/name=leasehold-operator"))
+            .await
+            .map(|l| l.items.len())
+            .unwrap_or(0)
+            == 1
+    })
+    .await;
+
+    // Run the operator as the chart's ServiceAccount.
+    let token = run(Command::new(tool("kubectl")).args([
+        "create",
+        "token",
+        &format!("{release}-leasehold"),
+        "--namespace",
+        &release_ns,
+        "--kubeconfig",
+        &kubeconfig(),
+    ]));
+    let mut config = Kubeconfig::read_from(kubeconfig()).unwrap();
+    for named in &mut config.auth_infos {
+        named.auth_info = Some(AuthInfo { token: Some(token.trim().to_string().into()), ..AuthInfo::default() });
+    }
+    let sa_kubeconfig = std::env::temp_dir().join(format!("{release}-kubeconfig"));
+    std::fs::write(&sa_kubeconfig, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
+
+    let watched = leasehold_testkit::unique_name("chart-app").to_lowercase();
+    namespaces
+        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": watched}})).unwrap())
+        .await
+        .unwrap();
+    let mut operator = Command::new(env!("CARGO_BIN_EXE_leasehold-operator"))
+        .args(["--namespace", &watched, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "1s"])
+        .env("KUBECONFIG", &sa_kubeconfig)
+        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
+        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("operator");
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "chart", 1).await;
+    let consumer: leasehold_crds::StreamConsumer = serde_json::from_value(json!({
+        "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer", "metadata": {"name": "orders"},
+        "spec": {"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": leasehold_testkit::unique_name("chart")},
+                 "processor": {"stdout": {}}}
+    }))
+    .unwrap();
+    Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &watched)
+        .create(&PostParams::default(), &consumer)
+        .await
+        .unwrap();
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &watched);
+    let status = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &watched);
+    wait("workers deployed and status written under the chart's RBAC", Duration::from_secs(30), || async {
+        deployments.get_opt("orders-workers").await.ok().flatten().is_some()
+            && status
+                .get("orders")
+                .await
+                .ok()
+                .and_then(|c| c.status)
+                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "TableReady" && c.status == "True"))
+    })
+    .await;
+    let _ = operator.kill();
+    let _ = operator.wait();
+    run(Command::new(tool("helm")).args([
+        "uninstall",
+        &release,
+        "--namespace",
+        &release_ns,
+        "--kubeconfig",
+        &kubeconfig(),
+    ]));
+}

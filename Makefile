@@ -43,6 +43,7 @@ demo: emulators
 crds:
 	cargo run -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
 	cp crds/streamconsumer.yaml charts/leasehold/crds/streamconsumer.yaml
+	cargo run -q -p leasehold-crds --bin crdgen -- --reference > docs/reference.md
 
 fmt:
 	cargo fmt --all

@@ -1,10 +1,12 @@
 //! The `StreamConsumer` API of Leasehold (group `leasehold.io`, version `v1alpha1`): the resource the
 //! operator reconciles and, as its `spec`, the configuration file the worker binary reads.
 
+mod reference;
 mod spec;
 mod status;
 mod validate;
 
+pub use reference::reference_markdown;
 pub use spec::*;
 pub use status::*;
 pub use validate::{FieldError, ResolvedDurations};

@@ -1,9 +1,16 @@
-//! Prints the StreamConsumer CRD as YAML (`make crds` writes it to crds/streamconsumer.yaml).
+//! Prints the StreamConsumer CRD as YAML, or with `--reference` the configuration reference as
+//! Markdown (`make crds` writes both).
 
 fn main() -> std::process::ExitCode {
-    match leasehold_crds::crd_yaml() {
-        Ok(yaml) => {
-            print!("{yaml}");
+    let reference = std::env::args().any(|a| a == "--reference");
+    let output = if reference {
+        leasehold_crds::reference_markdown().map_err(|e| e.to_string())
+    } else {
+        leasehold_crds::crd_yaml().map_err(|e| e.to_string())
+    };
+    match output {
+        Ok(text) => {
+            print!("{text}");
             std::process::ExitCode::SUCCESS
         }
         Err(e) => {

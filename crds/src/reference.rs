@@ -1,0 +1,95 @@
+//! The configuration reference (`docs/reference.md`), generated from the CRD's schema so it cannot
+//! drift from the types.
+
+use serde_json::Value;
+
+fn type_of(schema: &Value) -> String {
+    match schema.get("type").and_then(Value::as_str) {
+        Some("array") => format!("list of {}", schema.get("items").map(type_of).unwrap_or_else(|| "any".into())),
+        Some(kind) => kind.to_string(),
+        None if schema.get("x-kubernetes-preserve-unknown-fields").is_some() => "object".into(),
+        None => schema.get("enum").map(|_| "string".into()).unwrap_or_else(|| "any".into()),
+    }
+}
+
+fn constraints(schema: &Value) -> String {
+    let mut notes = Vec::new();
+    if let Some(values) = schema.get("enum").and_then(Value::as_array) {
+        let values: Vec<String> = values.iter().filter_map(Value::as_str).map(|v| format!("`{v}`")).collect();
+        notes.push(format!("one of {}", values.join(", ")));
+    }
+    if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
+        notes.push(format!("matches `{pattern}`"));
+    }
+    if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
+        for rule in rules {
+            if let Some(message) = rule.get("message").and_then(Value::as_str) {
+                notes.push(format!("rule: {message}"));
+            }
+        }
+    }
+    notes.join("; ")
+}
+
+fn walk(path: &str, schema: &Value, required: &[String], rows: &mut Vec<String>) {
+    let Some(properties) = schema.get("properties").and_then(Value::as_object) else { return };
+    for (name, child) in properties {
+        let field = format!("{path}.{name}");
+        let description = child.get("description").and_then(Value::as_str).unwrap_or_default().replace('\n', " ");
+        let mark = if required.contains(name) { " (required)" } else { "" };
+        rows.push(format!(
+            "| `{field}`{mark} | {} | {} | {} |",
+            type_of(child),
+            description.replace('|', "\\|"),
+            constraints(child).replace('|', "\\|")
+        ));
+        let child_required: Vec<String> = child
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
+            .unwrap_or_default();
+        let inner =
+            if child.get("type").and_then(Value::as_str) == Some("array") { child.get("items") } else { Some(child) };
+        if let Some(inner) = inner {
+            let inner_required = if inner == child {
+                child_required
+            } else {
+                inner
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
+                    .unwrap_or_default()
+            };
+            let inner_path = if inner == child { field.clone() } else { format!("{field}[]") };
+            walk(&inner_path, inner, &inner_required, rows);
+        }
+    }
+}
+
+/// The reference page for `spec` as Markdown.
+pub fn reference_markdown() -> Result<String, serde_json::Error> {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(crate::StreamConsumer::crd())?;
+    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let required: Vec<String> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default();
+    let mut rows = Vec::new();
+    walk("spec", schema, &required, &mut rows);
+    let spec_rules: Vec<String> = schema
+        .get("x-kubernetes-validations")
+        .and_then(Value::as_array)
+        .map(|rules| {
+            rules.iter().filter_map(|r| r.get("message").and_then(Value::as_str)).map(|m| format!("- {m}")).collect()
+        })
+        .unwrap_or_default();
+    Ok(format!(
+        "# StreamConsumer reference (`leasehold.io/v1alpha1`)\n\n\
+         Generated from the CRD schema by `make crds`; do not edit by hand.\n\n\
+         Rules across fields, checked by the API server:\n\n{}\n\n\
+         | field | type | description | constraints |\n|---|---|---|---|\n{}\n",
+        spec_rules.join("\n"),
+        rows.join("\n")
+    ))
+}

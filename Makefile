@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: crds test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
+.PHONY: check-binaries crds test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane lint
@@ -44,6 +44,10 @@ crds:
 	cargo run -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
 	cp crds/streamconsumer.yaml charts/leasehold/crds/streamconsumer.yaml
 	cargo run -q -p leasehold-crds --bin crdgen -- --reference > docs/reference.md
+
+## Release binaries linked statically, with their sizes (what can be checked of the images here).
+check-binaries:
+	tests/ground/check-binaries.sh
 
 fmt:
 	cargo fmt --all

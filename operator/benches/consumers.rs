@@ -103,12 +103,17 @@ async fn main() {
     let _ = Api::<Namespace>::all(client).delete(&ns, &Default::default()).await;
 
     println!("## Operator ({CONSUMERS} consumers on the local control plane)\n");
-    println!("- {CONSUMERS} consumers created and reconciled into Deployments in {:.1} s", all_reconciled.as_secs_f64());
+    println!(
+        "- {CONSUMERS} consumers created and reconciled into Deployments in {:.1} s",
+        all_reconciled.as_secs_f64()
+    );
     println!(
         "- spec change -> Deployment updated ({SAMPLES} samples): p50 {:.0} ms, p99 {:.0} ms, max {:.0} ms — target p99 <= 1 s",
         pct(0.50).as_secs_f64() * 1000.0,
         pct(0.99).as_secs_f64() * 1000.0,
         latencies[latencies.len() - 1].as_secs_f64() * 1000.0
     );
-    println!("- operator RSS: {idle_rss:.1} MiB idle, {loaded_rss:.1} MiB with {CONSUMERS} consumers, {final_rss:.1} MiB after the changes");
+    println!(
+        "- operator RSS: {idle_rss:.1} MiB idle, {loaded_rss:.1} MiB with {CONSUMERS} consumers, {final_rss:.1} MiB after the changes"
+    );
 }

@@ -63,6 +63,9 @@ impl WorkerProcess {
             .arg(&config)
             .arg("--owner-id")
             .arg(owner)
+            // Any free port: several workers run side by side on one machine.
+            .arg("--metrics-addr")
+            .arg("127.0.0.1:0")
             .env("AWS_ACCESS_KEY_ID", "leasehold-test")
             .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
             .env("AWS_REGION", "us-east-1")
@@ -137,6 +140,14 @@ impl WorkerProcess {
     pub fn logs(&self) -> Vec<(Instant, serde_json::Value)> {
         let lines = self.stderr.lock().expect("lines").clone();
         lines.into_iter().filter_map(|(at, line)| serde_json::from_str(&line).ok().map(|v| (at, v))).collect()
+    }
+
+    /// Where the worker serves /metrics, /healthz and /readyz, once it has logged it.
+    pub fn metrics_addr(&self) -> Option<String> {
+        self.logs().into_iter().find_map(|(_, v)| {
+            let serving = v.get("message").and_then(|m| m.as_str()) == Some("serving /metrics, /healthz and /readyz");
+            serving.then(|| v.get("address").and_then(|a| a.as_str()).map(str::to_string)).flatten()
+        })
     }
 
     /// Raw stderr, for failure messages.

@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod kinesis;
 pub mod lease;
 pub mod metrics;
+pub mod observe;
 pub mod processor;
 pub mod runtime;
 pub mod shard;

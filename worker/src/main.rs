@@ -1,11 +1,14 @@
 //! `leasehold-worker --config FILE`: runs one worker of a Kinesis consumer group.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use leasehold_worker::config::WorkerConfig;
-use leasehold_worker::runtime;
+use leasehold_worker::metrics::Metrics;
+use leasehold_worker::{observe, runtime};
 use tokio_util::sync::CancellationToken;
 
 /// Runs one worker of a Leasehold consumer: reads the shards it leases and processes their records.
@@ -18,6 +21,9 @@ struct Args {
     /// Lease owner id (default: spec.ownerId, else a fresh id per process).
     #[arg(long)]
     owner_id: Option<String>,
+    /// Address of /metrics, /healthz and /readyz (port 0: any free port, logged at start).
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_addr: SocketAddr,
     /// Log format on standard error.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -59,8 +65,20 @@ async fn main() -> ExitCode {
         }
     };
     let shutdown = CancellationToken::new();
+    let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!(address = %args.metrics_addr, error = %e, "cannot listen for /metrics");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(address = %address, "serving /metrics, /healthz and /readyz");
+    }
+    let metrics = Arc::new(Metrics::default());
+    tokio::spawn(observe::serve(listener, metrics.clone(), shutdown.clone()));
     tokio::spawn(cancel_on_signal(shutdown.clone()));
-    match runtime::run(config, owner, processor, shutdown).await {
+    match runtime::run_with_metrics(config, owner, processor, metrics, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "worker failed");

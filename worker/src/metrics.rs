@@ -1,6 +1,8 @@
 //! The worker's Prometheus metrics (`/metrics`), shared by the coordinator, the shard readers and the
 //! record runner.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -31,6 +33,8 @@ pub struct Metrics {
     pub checkpoints_written: Counter,
     /// Milliseconds behind the stream's tip at the last GetRecords, per shard.
     pub millis_behind_latest: Family<Labels, Gauge>,
+    /// True while the coordinator runs (served as `/readyz`).
+    ready: AtomicBool,
 }
 
 impl Default for Metrics {
@@ -47,6 +51,7 @@ impl Default for Metrics {
             renewals_failed: Counter::default(),
             checkpoints_written: Counter::default(),
             millis_behind_latest: Family::default(),
+            ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
         registry.register("records_processed", "Records processed successfully", metrics.records_processed.clone());
@@ -89,6 +94,16 @@ impl Metrics {
     /// Forgets `shard`'s series once this worker no longer reads it.
     pub fn forget_shard(&self, shard: &str) {
         self.millis_behind_latest.remove(&vec![("shard", shard.to_string())]);
+    }
+
+    /// Marks the worker ready (its coordinator runs) or not.
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::SeqCst);
+    }
+
+    /// True while the worker is ready.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::SeqCst)
     }
 
     /// The Prometheus text exposition of every metric.

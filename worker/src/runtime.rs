@@ -127,10 +127,13 @@ pub async fn run_with_metrics(
         },
         assigned,
     };
-    let runner = Runner::new(processor, metrics)
+    let runner = Runner::new(processor, metrics.clone())
         .with_policy(retry_policy(&config))
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner);
-    Coordinator::new(store, kinesis, sync, Arc::new(runner), settings).run(shutdown).await;
+    let coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), settings);
+    metrics.set_ready(true);
+    coordinator.run(shutdown).await;
+    metrics.set_ready(false);
     Ok(())
 }

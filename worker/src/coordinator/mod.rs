@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::discovery::ShardSync;
 use crate::dispatch::Runner;
@@ -232,10 +233,15 @@ impl Coordinator {
         };
         let exits = self.exits_tx.clone();
         let reader_key = key.clone();
-        let reader = tokio::spawn(async move {
-            let exit = reader.run().await;
-            let _ = exits.send((reader_key, exit));
-        });
+        // Every log line of the shard's reader and its records carries the shard (`spans` in JSON logs).
+        let span = tracing::info_span!("shard", shard = %key);
+        let reader = tokio::spawn(
+            async move {
+                let exit = reader.run().await;
+                let _ = exits.send((reader_key, exit));
+            }
+            .instrument(span),
+        );
         self.running.insert(key, Running { held, stop, give_to: None, reader });
         self.metrics.leases_held.set(self.running.len() as i64);
     }

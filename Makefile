@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries crds test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
+.PHONY: check-binaries crds demo-workers test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane lint
@@ -35,8 +35,15 @@ bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench dispatch
 	cargo bench -p leasehold-operator --bench consumers
 
-## A live show: three worker processes share a stream, one is killed, one shut down gracefully.
-demo: emulators
+## The whole loop, narrated: control plane, emulators, the operator, worker pods run as processes;
+## apply a consumer, process records, kill a worker and watch its shards move, delete, clean up.
+demo: emulators control-plane
+	cargo build -q -p leasehold-worker --bin leasehold-worker
+	cargo build -q -p leasehold-operator --bin leasehold-operator --example demo
+	LEASEHOLD_OPERATOR_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-operator $(CARGO_TARGET_DIR)/debug/examples/demo
+
+## The workers alone (no Kubernetes): three processes share a stream; one killed, one shut down.
+demo-workers: emulators
 	cargo build -q -p leasehold-worker --bin leasehold-worker --example demo
 	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/demo
 

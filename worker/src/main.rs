@@ -76,7 +76,12 @@ async fn main() -> ExitCode {
         tracing::info!(address = %address, "serving /metrics, /healthz and /readyz");
     }
     let metrics = Arc::new(Metrics::default());
-    tokio::spawn(observe::serve(listener, metrics.clone(), shutdown.clone()));
+    let serving = observe::serve(listener, metrics.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        if let Err(e) = serving.await {
+            tracing::error!(error = %e, "/metrics server failed");
+        }
+    });
     tokio::spawn(cancel_on_signal(shutdown.clone()));
     match runtime::run_with_metrics(config, owner, processor, metrics, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,

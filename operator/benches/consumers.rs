@@ -4,7 +4,6 @@
 #[path = "../tests/support/mod.rs"]
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -41,19 +40,12 @@ async fn main() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "bench-op", 2).await;
 
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
-        format!("{}/.cache/leasehold/run/control-plane/kubeconfig", std::env::var("HOME").unwrap_or_default())
-    });
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_leasehold-operator"))
-        .args(["--namespace", &ns, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "30s"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start operator");
+    let mut operator = support::spawn_operator(
+        std::path::Path::new(env!("CARGO_BIN_EXE_leasehold-operator")),
+        &ns,
+        &support::kubeconfig_path(),
+        "30s",
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let idle_rss = rss_mib(operator.id());
 

@@ -8,7 +8,6 @@
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -83,18 +82,8 @@ async fn main() {
     println!("    namespace {ns}, Kinesis stream {stream} with 4 shards");
 
     say("Starting the operator (leasehold-operator) and a stand-in kubelet that runs worker pods as processes");
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
-        format!("{}/.cache/leasehold/run/control-plane/kubeconfig", std::env::var("HOME").unwrap_or_default())
-    });
-    let mut operator = Command::new(operator_bin)
-        .args(["--namespace", &ns, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "2s"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("AWS_ACCESS_KEY_ID", "demo")
-        .env("AWS_SECRET_ACCESS_KEY", "demo")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the operator");
+    let mut operator =
+        support::spawn_operator(std::path::Path::new(&operator_bin), &ns, &support::kubeconfig_path(), "2s");
     let kubelet = Kubelet::start(client.clone(), &ns, "app.kubernetes.io/name=leasehold-worker");
 
     let spec = json!({

@@ -5,7 +5,7 @@
 mod support;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
@@ -30,9 +30,7 @@ fn chart() -> String {
 }
 
 fn kubeconfig() -> String {
-    std::env::var("KUBECONFIG").unwrap_or_else(|_| {
-        format!("{}/.cache/leasehold/run/control-plane/kubeconfig", std::env::var("HOME").unwrap_or_default())
-    })
+    support::kubeconfig_path().display().to_string()
 }
 
 fn run(command: &mut Command) -> String {
@@ -125,15 +123,12 @@ async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
         .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": watched}})).unwrap())
         .await
         .unwrap();
-    let mut operator = Command::new(env!("CARGO_BIN_EXE_leasehold-operator"))
-        .args(["--namespace", &watched, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "1s"])
-        .env("KUBECONFIG", &sa_kubeconfig)
-        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("operator");
+    let mut operator = support::spawn_operator(
+        std::path::Path::new(env!("CARGO_BIN_EXE_leasehold-operator")),
+        &watched,
+        &sa_kubeconfig,
+        "1s",
+    );
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "chart", 1).await;
     let consumer: leasehold_crds::StreamConsumer = serde_json::from_value(json!({

@@ -6,7 +6,6 @@
 mod support;
 
 use std::collections::HashSet;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use kube::Api;
@@ -44,18 +43,7 @@ async fn apply_process_split_rebalance_delete() {
     let stream = leasehold_testkit::create_stream(&kinesis, "e2e", 2).await;
     let table = leasehold_testkit::unique_name("e2e");
 
-    let kubeconfig = std::env::var("KUBECONFIG").unwrap_or_else(|_| {
-        format!("{}/.cache/leasehold/run/control-plane/kubeconfig", std::env::var("HOME").unwrap_or_default())
-    });
-    let mut operator = Command::new(operator_binary())
-        .args(["--namespace", &ns, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "1s"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start the operator");
+    let mut operator = support::spawn_operator(&operator_binary(), &ns, &support::kubeconfig_path(), "1s");
     let kubelet = Kubelet::start(client.clone(), &ns, "app.kubernetes.io/name=leasehold-worker");
 
     // kubectl apply

@@ -23,7 +23,8 @@ pub mod kubelet;
 
 const START_HINT: &str = "start it with `make control-plane` (tests/ground/control-plane.sh start), or run `make test`";
 
-fn kubeconfig_path() -> PathBuf {
+/// The admin kubeconfig of the local control plane (or `$KUBECONFIG`).
+pub fn kubeconfig_path() -> PathBuf {
     if let Some(path) = std::env::var_os("KUBECONFIG") {
         return PathBuf::from(path);
     }
@@ -156,6 +157,24 @@ impl Drop for TestNamespace {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// Starts the operator binary as a process watching `namespace`, with test AWS credentials.
+pub fn spawn_operator(
+    binary: &std::path::Path,
+    namespace: &str,
+    kubeconfig: &std::path::Path,
+    poll: &str,
+) -> std::process::Child {
+    std::process::Command::new(binary)
+        .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", poll])
+        .env("KUBECONFIG", kubeconfig)
+        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
+        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
 }
 
 /// Endpoints of the emulators for `spec.aws`.

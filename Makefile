@@ -44,8 +44,8 @@ demo: emulators control-plane
 
 ## The workers alone (no Kubernetes): three processes share a stream; one killed, one shut down.
 demo-workers: emulators
-	cargo build -q -p leasehold-worker --bin leasehold-worker --example demo
-	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/demo
+	cargo build -q -p leasehold-worker --bin leasehold-worker --example workers_demo
+	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/workers_demo
 
 ## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
 crds:

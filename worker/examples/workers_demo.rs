@@ -1,4 +1,4 @@
-//! `make demo`: a consumer group of three `leasehold-worker` processes sharing a 4-shard stream on the
+//! `make demo-workers`: a consumer group of three `leasehold-worker` processes sharing a 4-shard stream on the
 //! local emulators. Shows who holds which shard, records flowing, a worker killed with SIGKILL and its
 //! shards moving, then a graceful shutdown. Needs the worker binary path in LEASEHOLD_WORKER_BIN.
 
@@ -63,7 +63,7 @@ async fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> Duration
 #[tokio::main]
 async fn main() {
     let Some(binary) = std::env::var_os("LEASEHOLD_WORKER_BIN").map(PathBuf::from) else {
-        eprintln!("LEASEHOLD_WORKER_BIN must name the worker binary (run `make demo`)");
+        eprintln!("LEASEHOLD_WORKER_BIN must name the worker binary (run `make demo-workers`)");
         std::process::exit(2);
     };
     let kinesis = leasehold_testkit::kinesis_client().await;

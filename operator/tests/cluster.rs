@@ -305,3 +305,39 @@ async fn a_missing_stream_is_reported_in_status() {
     .await;
     assert_eq!(ns.condition("lost", "Ready").await, Some(("False".into(), "StreamNotFound".into())));
 }
+
+#[tokio::test]
+async fn bad_credentials_show_in_status_with_the_aws_error() {
+    let ns = TestNamespace::new("op-creds").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-creds", 1).await;
+    // DynamoDB refuses the credentials, as AWS does for an unknown access key.
+    let refusing = leasehold_testkit::FaultServer::start(leasehold_testkit::Fault::Error {
+        status: 400,
+        error_type: "UnrecognizedClientException",
+    })
+    .await;
+    let mut aws = aws();
+    aws["dynamodbEndpoint"] = json!(refusing.endpoint());
+    ns.create(
+        "refused",
+        json!({"streams": [{"name": stream}], "aws": aws, "leaseTable": {"name": leasehold_testkit::unique_name("op-creds")},
+               "processor": {"stdout": {}}}),
+    )
+    .await
+    .unwrap();
+    wait("TableReady False with the AWS error", SLOW, || async {
+        let Some(current) = ns.consumers().get_opt("refused").await.ok().flatten() else { return false };
+        current.status.is_some_and(|s| {
+            s.conditions.iter().any(|c| {
+                c.type_ == "TableReady"
+                    && c.status == "False"
+                    && c.reason == "TableError"
+                    && c.message.contains("UnrecognizedClientException")
+            })
+        })
+    })
+    .await;
+    // No workers start without a usable table.
+    assert!(ns.deployments().get_opt("refused-workers").await.unwrap().is_none());
+}

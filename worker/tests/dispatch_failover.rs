@@ -1,7 +1,7 @@
-//! Concurrency inside shards across failures: three worker processes with `ordering: key` and
+//! Concurrency inside shards across failures and resharding: worker processes with `ordering: key` and
 //! `concurrency: 8` POST to a local server that answers after a random delay (so records finish out of
-//! order); one is killed (-9), one shut down gracefully. Nothing may be lost (the checkpoint never
-//! passes an unfinished record) and each worker keeps every key's order.
+//! order). Nothing may be lost (the checkpoint never passes an unfinished record) and every key's order
+//! holds, also from a split parent to its children (a parent ends only once all its records are done).
 
 mod common;
 
@@ -15,6 +15,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::post;
 use common::*;
+use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
 use rand::Rng;
 
@@ -25,23 +26,41 @@ fn number(data: &str) -> u64 {
     data.rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("bad data {data}"))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
-    let acks: Acks = Arc::default();
+/// A server on a free loopback port acknowledging `POST /{worker}` after `delay(data)`; returns its
+/// base URL.
+async fn slow_server(acks: Acks, delay: fn(&str) -> Duration) -> String {
     let router = Router::new()
         .route(
             "/{worker}",
-            post(|Path(worker): Path<String>, State(acks): State<Acks>, body: Bytes| async move {
-                let delay = rand::rng().random_range(0..15);
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                acks.lock().unwrap().push((worker, String::from_utf8_lossy(&body).into_owned()));
+            post(move |Path(worker): Path<String>, State(acks): State<Acks>, body: Bytes| async move {
+                let data = String::from_utf8_lossy(&body).into_owned();
+                tokio::time::sleep(delay(&data)).await;
+                acks.lock().unwrap().push((worker, data));
                 StatusCode::OK
             }),
         )
-        .with_state(acks.clone());
+        .with_state(acks);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("address"));
     tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
+    base
+}
+
+/// 0-15 ms at random: records finish out of order.
+fn random_delay(_data: &str) -> Duration {
+    Duration::from_millis(rand::rng().random_range(0..15))
+}
+
+/// The config of worker `name` POSTing to `base/name`.
+fn http_config(base_config: &str, base: &str, name: &str) -> String {
+    base_config
+        .replace("processor: {stdout: {}}", &format!("processor: {{http: {{url: '{base}/{name}', timeout: 2s}}}}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
+    let acks: Acks = Arc::default();
+    let base = slow_server(acks.clone(), random_delay).await;
 
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "fanout", 4).await;
@@ -87,4 +106,46 @@ async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
     assert!(per_worker("a") > 0 && per_worker("b") > 0, "every worker did some of the work");
     let repeats = acks.len() - expected.len();
     println!("{} records, {} acknowledgements, {repeats} repeated", expected.len(), acks.len());
+}
+
+/// The last round written to the parent before the split.
+const LAST_PARENT_ROUND: u64 = 4;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parent_ends_only_once_its_records_are_done_and_keys_keep_order_into_children() {
+    let acks: Acks = Arc::default();
+    // The parent's last records take 700 ms, longer than the 200 ms between GetRecords calls: its end
+    // is reached while they run, and it must not end (nor its children start) before they finish.
+    let base = slow_server(acks.clone(), |data| {
+        if number(data) == LAST_PARENT_ROUND { Duration::from_millis(700) } else { random_delay(data) }
+    })
+    .await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "fansplit", 2).await;
+    let table = leasehold_testkit::unique_name("fansplit");
+    let base_config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 8\n");
+    let worker = spawn(&http_config(&base_config, &base, "solo"), "fansplit-solo");
+    let before = records(20, 0, LAST_PARENT_ROUND + 1);
+    put_records(&kinesis, &stream, &before).await;
+    leasehold_testkit::kinesis::split(&kinesis, &stream, "shardId-000000000000").await;
+    let after = records(20, LAST_PARENT_ROUND + 1, 5);
+    put_records(&kinesis, &stream, &after).await;
+    let expected: HashSet<String> =
+        before.iter().chain(&after).map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect();
+    wait_for("every record acknowledged", Duration::from_secs(30), || {
+        let acks = acks.lock().unwrap();
+        let seen: HashSet<&str> = acks.iter().map(|(_, d)| d.as_str()).collect();
+        expected.iter().all(|d| seen.contains(d.as_str()))
+    });
+    wait_for("the parent ended", Duration::from_secs(10), || !worker.events("shard ended").is_empty());
+    let acks = acks.lock().unwrap().clone();
+    assert_eq!(acks.len(), expected.len(), "one worker, no failure: nothing is repeated");
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for (_, data) in &acks {
+        let key = data.rsplit_once(':').map(|(k, _)| k.to_string()).unwrap_or_default();
+        let n = number(data);
+        if let Some(previous) = last.insert(key.clone(), n) {
+            assert!(n > previous, "key {key} went {previous} -> {n} (across the split?)");
+        }
+    }
 }

@@ -282,6 +282,10 @@ pub struct HttpProcessor {
 pub struct MultilangProcessor {
     /// The child's command line.
     pub command: Vec<String>,
+    /// How long the child may take to answer one message before it is restarted. Default 60s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub timeout: Option<String>,
 }
 
 /// Order guarantee inside a shard.

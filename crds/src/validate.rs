@@ -44,6 +44,8 @@ pub struct ResolvedDurations {
     pub retry_backoff: Duration,
     /// `processor.http.timeout` (default 5 s).
     pub http_timeout: Duration,
+    /// `processor.multilang.timeout` (default 60 s).
+    pub multilang_timeout: Duration,
 }
 
 fn duration(errors: &mut Vec<FieldError>, field: &str, value: Option<&String>, default: Duration) -> Duration {
@@ -151,6 +153,12 @@ impl StreamConsumerSpec {
                 "spec.processor.http.timeout",
                 self.processor.http.as_ref().and_then(|h| h.timeout.as_ref()),
                 Duration::from_secs(5),
+            ),
+            multilang_timeout: duration(
+                &mut errors,
+                "spec.processor.multilang.timeout",
+                self.processor.multilang.as_ref().and_then(|m| m.timeout.as_ref()),
+                Duration::from_secs(60),
             ),
         };
         if durations.renew_interval >= durations.lease {

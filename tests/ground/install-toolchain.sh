@@ -18,3 +18,4 @@ fi
 node_major="$(node -p 'process.versions.node.split(".")[0]')"
 [ "$node_major" -ge 18 ] || die "node $node_major is too old for the emulators (need 18+)"
 "$(dirname "$0")/emulators.sh" install
+"$(dirname "$0")/kclpy.sh" >/dev/null

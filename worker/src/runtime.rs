@@ -16,7 +16,7 @@ use crate::lease::{
     DynamoLeaseStore, LeaseError, LeaseSettings, LeaseStore, MemoryLeaseStore, ensure_table, unique_owner_id,
 };
 use crate::metrics::Metrics;
-use crate::processor::{HttpProcessor, HttpProcessorError, RecordProcessor, StdoutProcessor};
+use crate::processor::{HttpProcessor, HttpProcessorError, MultilangProcessor, RecordProcessor, StdoutProcessor};
 use crate::shard::ReaderSettings;
 
 /// Why a worker could not run.
@@ -47,7 +47,12 @@ pub fn processor(config: &WorkerConfig, owner: &str) -> Result<Arc<dyn RecordPro
     if let Some(http) = &spec.http {
         return Ok(Arc::new(HttpProcessor::new(&http.url, config.durations.http_timeout)?));
     }
-    Err(RuntimeError::ProcessorUnavailable("multilang"))
+    match &spec.multilang {
+        Some(multilang) => {
+            Ok(Arc::new(MultilangProcessor::new(multilang.command.clone(), config.durations.multilang_timeout)))
+        }
+        None => Err(RuntimeError::ProcessorUnavailable("none")),
+    }
 }
 
 /// The order and concurrency named by the spec (`ordering` default key, `concurrency` default 1).

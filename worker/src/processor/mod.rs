@@ -2,6 +2,7 @@
 //! program can bring its own by implementing [`RecordProcessor`].
 
 mod http;
+mod multilang;
 mod stdout;
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use bytes::Bytes;
 
 use crate::lease::LeaseKey;
 pub use http::{EVENT_TYPE, HttpProcessor, HttpProcessorError};
+pub use multilang::MultilangProcessor;
 pub use stdout::StdoutProcessor;
 
 /// One Kinesis record as handed to a processor.

@@ -1,0 +1,139 @@
+//! The multilang processor: the unmodified amazon_kclpy sample record processor runs as the child of a
+//! worker process, and a child that crashes or stalls is restarted without losing records.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use leasehold_testkit::kinesis::put_records;
+use leasehold_testkit::process::wait_for;
+use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
+
+/// The unpacked amazon_kclpy sdist (`tests/ground/kclpy.sh` fetches it; `make test` runs that).
+fn kclpy() -> PathBuf {
+    let cache = std::env::var_os("LEASEHOLD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold"));
+    let dir = cache.join("kclpy/amazon_kclpy-3.2.0");
+    assert!(
+        dir.join("amazon_kclpy/kcl.py").exists(),
+        "amazon_kclpy is missing: run tests/ground/kclpy.sh (or make test)"
+    );
+    dir
+}
+
+fn multilang(command: &[String], timeout: &str) -> String {
+    let quoted: Vec<String> = command.iter().map(|c| format!("'{c}'")).collect();
+    format!("processor: {{multilang: {{command: [{}], timeout: {timeout}}}}}\n", quoted.join(", "))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "kclpy", 1).await;
+    let table = leasehold_testkit::unique_name("kclpy");
+    let dir = kclpy();
+    let command = vec![
+        "env".to_string(),
+        format!("PYTHONPATH={}", dir.display()),
+        "python3".to_string(),
+        dir.join("samples/sample_kclpy_app.py").display().to_string(),
+    ];
+    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n")
+        .replace("processor: {stdout: {}}\n", &multilang(&command, "30s"));
+    let mut worker = spawn(&config, "kclpy-1");
+    let written = records(4, 0, 5);
+    put_records(&kinesis, &stream, &written).await;
+    wait_for("the sample logs every record", Duration::from_secs(60), || {
+        worker.stderr_text().matches("Record (Partition Key:").count() >= written.len()
+    });
+    // SIGTERM: the worker sends shutdownRequested; the sample checkpoints through the protocol.
+    worker.signal("TERM");
+    let status = worker.wait_exit(Duration::from_secs(30)).expect("exits");
+    let logs = worker.stderr_text();
+    assert!(status.success(), "{logs}");
+    assert!(logs.contains("multilang child checkpoint acknowledged"), "the sample never checkpointed:\n{logs}");
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let store = DynamoLeaseStore::new(dynamodb, table, LeaseSettings::new("viewer"));
+    let lease = store.get(&LeaseKey::new(stream.as_str(), "shardId-000000000000")).await.unwrap().expect("row");
+    let last = kinesis
+        .get_shard_iterator()
+        .stream_name(&stream)
+        .shard_id("shardId-000000000000")
+        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .unwrap()
+        .shard_iterator
+        .unwrap();
+    let all = kinesis.get_records().shard_iterator(last).send().await.unwrap().records;
+    let last_sequence = all.last().unwrap().sequence_number.clone();
+    assert_eq!(
+        lease.checkpoint,
+        Checkpoint::Sequence(last_sequence),
+        "the lease table holds the last record processed"
+    );
+}
+
+/// A protocol child that crashes on its first sight of record n=3 and stalls on its first sight of n=6
+/// (markers in `dir` remember it), and logs every record it completes to `dir/done`.
+fn flaky_child(dir: &std::path::Path) -> PathBuf {
+    let script = dir.join("flaky.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"import base64, json, os, sys, time
+DIR = {dir:?}
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
+for line in sys.stdin:
+    msg = json.loads(line)
+    action = msg["action"]
+    if action == "processRecords":
+        for r in msg["records"]:
+            n = base64.b64decode(r["data"]).decode().split(":")[1]
+            for trigger, marker in (("3", "crashed"), ("6", "stalled")):
+                path = os.path.join(DIR, marker)
+                if n == trigger and not os.path.exists(path):
+                    open(path, "w").close()
+                    if marker == "crashed":
+                        sys.exit(3)
+                    time.sleep(3600)
+            with open(os.path.join(DIR, "done"), "a") as f:
+                f.write(base64.b64decode(r["data"]).decode() + "\n")
+        send({{"action": "checkpoint", "sequenceNumber": msg["records"][-1]["sequenceNumber"], "subSequenceNumber": 0}})
+        json.loads(sys.stdin.readline())
+    send({{"action": "status", "responseFor": action}})
+"#,
+            dir = dir.display().to_string()
+        ),
+    )
+    .unwrap();
+    script
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashing_or_stalling_child_is_restarted_and_nothing_is_lost() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "flaky", 1).await;
+    let dir = std::env::temp_dir().join(leasehold_testkit::unique_name("flaky"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let command = vec!["python3".to_string(), flaky_child(&dir).display().to_string()];
+    let extra = "startPosition: TRIM_HORIZON\nretry: {backoff: 100ms}\n";
+    let config = config(&stream, None, extra).replace("processor: {stdout: {}}\n", &multilang(&command, "2s"));
+    let worker = spawn(&config, "flaky-1");
+    let written = records(1, 0, 10);
+    put_records(&kinesis, &stream, &written).await;
+    let done = || std::fs::read_to_string(dir.join("done")).unwrap_or_default();
+    wait_for("every record done despite a crash and a stall", Duration::from_secs(60), || {
+        done().lines().count() >= written.len()
+    });
+    let seen: Vec<String> = done().lines().map(String::from).collect();
+    let expected: Vec<String> = written.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect();
+    assert_eq!(seen, expected, "every record once, in order (the failed attempts never completed)");
+    assert!(dir.join("crashed").exists() && dir.join("stalled").exists(), "both faults happened");
+    let logs = worker.stderr_text();
+    assert!(logs.matches("multilang child failed; restarting it").count() >= 2, "{logs}");
+}

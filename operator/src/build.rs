@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, ObjectFieldSelector,
-    PodSecurityContext, PodTemplateSpec, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    ObjectFieldSelector, PodSecurityContext, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,6 +22,8 @@ pub const CONFIG_HASH_ANNOTATION: &str = "leasehold.io/config-hash";
 pub const CONFIG_KEY: &str = "worker.yaml";
 /// Where the worker config is mounted in the worker container.
 pub const CONFIG_DIR: &str = "/etc/leasehold";
+/// Port of the worker's /metrics, /healthz and /readyz.
+pub const WORKER_METRICS_PORT: i32 = 9090;
 /// Name of the worker container (a container of this name in `spec.template` is merged with it).
 pub const WORKER_CONTAINER: &str = "worker";
 
@@ -145,6 +148,26 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
     if container.security_context.is_none() {
         container.security_context = Some(restricted_container_security());
     }
+    // The worker serves /metrics, /healthz and /readyz on 9090 by default.
+    let mut ports = container.ports.take().unwrap_or_default();
+    if !ports.iter().any(|p| p.name.as_deref() == Some("metrics")) {
+        ports.push(ContainerPort {
+            name: Some("metrics".into()),
+            container_port: WORKER_METRICS_PORT,
+            ..ContainerPort::default()
+        });
+    }
+    container.ports = Some(ports);
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.into()),
+            port: IntOrString::String("metrics".into()),
+            ..HTTPGetAction::default()
+        }),
+        ..Probe::default()
+    };
+    container.readiness_probe.get_or_insert_with(|| probe("/readyz"));
+    container.liveness_probe.get_or_insert_with(|| probe("/healthz"));
     container
 }
 
@@ -266,6 +289,9 @@ mod tests {
             &["--config", "/etc/leasehold/worker.yaml", "--owner-id", "$(POD_NAME)"]
         );
         assert_eq!(pod.automount_service_account_token, Some(false), "workers get no API token");
+        assert_eq!(worker.ports.as_ref().unwrap()[0].container_port, WORKER_METRICS_PORT);
+        let readiness = worker.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(readiness.path.as_deref(), Some("/readyz"));
         assert_eq!(worker.security_context.as_ref().unwrap().read_only_root_filesystem, Some(true));
         let annotations = spec.template.metadata.as_ref().unwrap().annotations.as_ref().unwrap();
         assert_eq!(annotations[CONFIG_HASH_ANNOTATION], "abc");

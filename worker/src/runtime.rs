@@ -136,6 +136,10 @@ pub async fn run_with_metrics(
         .with_policy(retry_policy(&config))
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner);
+    let runner = match &spec.output {
+        Some(output) => runner.with_output(output.stream.clone(), output.partition_key.clone()),
+        None => runner,
+    };
     let coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), settings);
     metrics.set_ready(true);
     coordinator.run(shutdown).await;

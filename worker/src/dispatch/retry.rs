@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::requeue::{self, History};
 use crate::metrics::Metrics;
-use crate::processor::{ProcessError, Record, RecordProcessor};
+use crate::processor::{Outputs, ProcessError, Record, RecordProcessor};
 
 /// What happens when processing a record fails (`spec.retry`).
 #[derive(Debug, Clone)]
@@ -99,6 +99,7 @@ pub struct Runner {
     processor: Arc<dyn RecordProcessor>,
     policy: RetryPolicy,
     publisher: Option<Arc<dyn Publisher>>,
+    output: Option<(String, Option<String>)>,
     metrics: Arc<Metrics>,
     owner: String,
 }
@@ -121,7 +122,7 @@ impl Drop for InFlight<'_> {
 impl Runner {
     /// A runner with the default policy (5 attempts from 1 s, then block) and no publisher.
     pub fn new(processor: Arc<dyn RecordProcessor>, metrics: Arc<Metrics>) -> Self {
-        Self { processor, policy: RetryPolicy::default(), publisher: None, metrics, owner: String::new() }
+        Self { processor, policy: RetryPolicy::default(), publisher: None, output: None, metrics, owner: String::new() }
     }
 
     /// Uses `policy`.
@@ -133,6 +134,12 @@ impl Runner {
     /// Publishes requeued copies and dead letters with `publisher`.
     pub fn with_publisher(mut self, publisher: Arc<dyn Publisher>) -> Self {
         self.publisher = Some(publisher);
+        self
+    }
+
+    /// Publishes processors' outputs to `stream`, with `fixed_key` as the consumer's key policy.
+    pub fn with_output(mut self, stream: impl Into<String>, fixed_key: Option<String>) -> Self {
+        self.output = Some((stream.into(), fixed_key));
         self
     }
 
@@ -169,11 +176,26 @@ impl Runner {
         let mut delay = self.policy.backoff;
         loop {
             attempt += 1;
-            let error = match self.processor.process(record).await {
-                Ok(()) => {
+            let mut outputs = Outputs::default();
+            let error = match self.processor.process_emitting(record, &mut outputs).await {
+                Ok(()) if outputs.is_empty() => {
                     self.metrics.records_processed.inc();
                     return Outcome::Processed;
                 }
+                Ok(()) => match &self.output {
+                    Some((stream, fixed)) => {
+                        for output in outputs.into_vec() {
+                            let key = output.key(fixed.as_deref());
+                            if !self.publish(stream, &key, output.data, stop).await {
+                                // Stopped mid-way: the record is redelivered, its outputs published again.
+                                return Outcome::Abandoned;
+                            }
+                        }
+                        self.metrics.records_processed.inc();
+                        return Outcome::Processed;
+                    }
+                    None => ProcessError::permanent("the processor emitted outputs but spec.output names no stream"),
+                },
                 Err(error) => error,
             };
             self.metrics.records_failed.inc();
@@ -264,7 +286,8 @@ impl Runner {
         }
     }
 
-    /// Publishes until it succeeds (never dropping the record); false if a graceful stop came first.
+    /// Publishes until it succeeds (never dropping a record or an output); false if a graceful stop came
+    /// first.
     async fn publish(&self, stream: &str, partition_key: &str, data: Bytes, stop: &CancellationToken) -> bool {
         let mut delay = self.policy.backoff.min(Duration::from_secs(1));
         loop {
@@ -274,7 +297,7 @@ impl Runner {
             };
             match result {
                 Ok(()) => return true,
-                Err(e) => tracing::warn!(stream, error = %e, ?delay, "cannot publish a failed record; retrying"),
+                Err(e) => tracing::warn!(stream, error = %e, ?delay, "cannot publish to the stream; retrying"),
             }
             if !pause(delay, stop).await {
                 return false;

@@ -29,7 +29,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use super::{ProcessError, Record, RecordProcessor};
+use base64::Engine;
+
+use super::{Output, Outputs, ProcessError, Record, RecordProcessor};
 
 /// The `ce-type` of every record.
 pub const EVENT_TYPE: &str = "io.leasehold.kinesis.record";
@@ -107,6 +109,30 @@ fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
     HeaderValue::from_str(&out).map_err(|e| ProcessError::permanent(format!("header value: {e}")))
 }
 
+/// Outputs in a 2xx answer: a JSON body `{"outputs": [{"data": "<base64>", "partitionKey": "k",
+/// "carryPartitionKey": true}]}` (both keys optional). Any other body emits nothing.
+fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
+    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else { return Ok(Vec::new()) };
+    let Some(items) = answer.get("outputs").and_then(|o| o.as_array()) else { return Ok(Vec::new()) };
+    let mut outputs = Vec::with_capacity(items.len());
+    for item in items {
+        let data = item
+            .get("data")
+            .and_then(|d| d.as_str())
+            .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+            .ok_or_else(|| ProcessError::permanent("an output in the answer has no base64 `data`"))?;
+        let mut output = Output::new(data);
+        if let Some(key) = item.get("partitionKey").and_then(|k| k.as_str()) {
+            output = output.with_key(key);
+        }
+        if item.get("carryPartitionKey").and_then(|c| c.as_bool()) == Some(true) {
+            output = output.carrying_key_of(record);
+        }
+        outputs.push(output);
+    }
+    Ok(outputs)
+}
+
 /// True for the 4xx answers that mean "this record is refused" rather than "try later".
 fn rejects_record(status: StatusCode) -> bool {
     status.is_client_error() && status != StatusCode::REQUEST_TIMEOUT && status != StatusCode::TOO_MANY_REQUESTS
@@ -115,6 +141,10 @@ fn rejects_record(status: StatusCode) -> bool {
 #[async_trait]
 impl RecordProcessor for HttpProcessor {
     async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+        self.process_emitting(record, &mut Outputs::default()).await
+    }
+
+    async fn process_emitting(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError> {
         let request = self.request(record)?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| ProcessError::retryable(format!("{e:?}")))?;
@@ -127,6 +157,9 @@ impl RecordProcessor for HttpProcessor {
             .await
             .map_err(|_| ProcessError::retryable(format!("no answer within {:?}", self.timeout)))??;
         if status.is_success() {
+            for output in parse_outputs(&body, record)? {
+                outputs.emit(output);
+            }
             return Ok(());
         }
         let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();

@@ -3,6 +3,7 @@
 
 mod http;
 mod multilang;
+mod output;
 mod stdout;
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use bytes::Bytes;
 use crate::lease::LeaseKey;
 pub use http::{EVENT_TYPE, HttpProcessor, HttpProcessorError};
 pub use multilang::MultilangProcessor;
+pub use output::{Output, Outputs};
 pub use stdout::StdoutProcessor;
 
 /// One Kinesis record as handed to a processor.
@@ -63,6 +65,13 @@ impl ProcessError {
 pub trait RecordProcessor: Send + Sync {
     /// Processes one record; an error makes the worker retry it (see `spec.retry`).
     async fn process(&self, record: &Record) -> Result<(), ProcessError>;
+
+    /// Processes one record and may emit records to `output.stream`. The worker calls this one; the
+    /// default calls [`process`](Self::process) and emits nothing. Outputs are published after it
+    /// returns `Ok` and before the record counts as done, so they are delivered at least once.
+    async fn process_emitting(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+        self.process(record).await
+    }
 
     /// This worker now owns `shard`.
     async fn shard_assigned(&self, _shard: &LeaseKey) {}

@@ -1,0 +1,91 @@
+//! Outputs end to end: the http processor answers with records to emit, the worker publishes them to
+//! `output.stream`, each under the key the documented order picks.
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::types::ShardIteratorType;
+use axum::Router;
+use axum::body::Bytes;
+use base64::Engine;
+use common::*;
+use leasehold_testkit::kinesis::put_records;
+use serde_json::json;
+
+/// Answers every record with three outputs: one under its own key, one carrying the input's key, one
+/// with no key (the consumer's fixed key applies).
+async fn answer(body: Bytes) -> ([(&'static str, &'static str); 1], String) {
+    let text = String::from_utf8_lossy(&body).into_owned();
+    let encode = |prefix: &str| base64::engine::general_purpose::STANDARD.encode(format!("{prefix}:{text}"));
+    let answer = json!({"outputs": [
+        {"data": encode("own"), "partitionKey": "own-key"},
+        {"data": encode("carried"), "carryPartitionKey": true},
+        {"data": encode("fixed")}
+    ]});
+    ([("content-type", "application/json")], answer.to_string())
+}
+
+async fn read_all(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Vec<(String, String)> {
+    let mut all = Vec::new();
+    for (shard, _, _) in leasehold_testkit::kinesis::open_shards(kinesis, stream).await {
+        let mut iterator = kinesis
+            .get_shard_iterator()
+            .stream_name(stream)
+            .shard_id(&shard)
+            .shard_iterator_type(ShardIteratorType::TrimHorizon)
+            .send()
+            .await
+            .expect("iterator")
+            .shard_iterator;
+        while let Some(current) = iterator {
+            let out = kinesis.get_records().shard_iterator(current).send().await.expect("records");
+            if out.records.is_empty() {
+                break;
+            }
+            all.extend(
+                out.records
+                    .into_iter()
+                    .map(|r| (r.partition_key, String::from_utf8_lossy(r.data.as_ref()).into_owned())),
+            );
+            iterator = out.next_shard_iterator;
+        }
+    }
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_outputs_are_published_under_the_documented_keys() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let input = leasehold_testkit::create_stream(&kinesis, "outputs-in", 1).await;
+    let output = leasehold_testkit::create_stream(&kinesis, "outputs-out", 2).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/records", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, Router::new().fallback(answer)).await });
+
+    let extra = format!("startPosition: TRIM_HORIZON\noutput: {{stream: {output}, partitionKey: receipts}}\n");
+    let config = config(&input, None, &extra)
+        .replace("processor: {stdout: {}}", &format!("processor: {{http: {{url: '{url}'}}}}"));
+    let _worker = spawn(&config, "outputs-1");
+    let written = records(5, 0, 2);
+    put_records(&kinesis, &input, &written).await;
+
+    let mut published = Vec::new();
+    for _ in 0..100 {
+        published = read_all(&kinesis, &output).await;
+        if published.len() >= written.len() * 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert_eq!(published.len(), written.len() * 3, "three outputs per record: {published:?}");
+    for (key, data) in &written {
+        let data = String::from_utf8_lossy(data).into_owned();
+        let find = |prefix: &str| {
+            published.iter().find(|(_, d)| *d == format!("{prefix}:{data}")).map(|(k, _)| k.clone()).unwrap_or_default()
+        };
+        assert_eq!(find("own"), "own-key", "1: the processor's key");
+        assert_eq!(&find("carried"), key, "2: the input's key, carried");
+        assert_eq!(find("fixed"), "receipts", "3: the consumer's output.partitionKey");
+    }
+}

@@ -32,6 +32,7 @@ control-plane-stop:
 bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench lease_store
 	cargo bench -p leasehold-worker --bench runtime
+	cargo bench -p leasehold-worker --bench processors
 	cargo bench -p leasehold-worker --bench dispatch
 	cargo bench -p leasehold-operator --bench consumers
 

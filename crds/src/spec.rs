@@ -210,7 +210,7 @@ pub struct LeaseTimingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub renew_interval: Option<String>,
-    /// How often the worker reads the lease table to take free, expired or requested leases. Default 1s.
+    /// How often the worker reads the lease table to take free, expired or requested leases. Default 500ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub scan_interval: Option<String>,

@@ -30,7 +30,7 @@ pub struct ResolvedDurations {
     pub lease: Duration,
     /// `lease.renewInterval` (default 3 s).
     pub renew_interval: Duration,
-    /// `lease.scanInterval` (default 1 s).
+    /// `lease.scanInterval` (default 500 ms).
     pub scan_interval: Duration,
     /// `lease.shardSyncInterval` (default 10 s).
     pub shard_sync_interval: Duration,
@@ -116,7 +116,7 @@ impl StreamConsumerSpec {
                 &mut errors,
                 "spec.lease.scanInterval",
                 lease.scan_interval.as_ref(),
-                Duration::from_secs(1),
+                Duration::from_millis(500),
             ),
             shard_sync_interval: duration(
                 &mut errors,

@@ -59,7 +59,7 @@ start() {
   local kport dport
   kport="$(free_port)"; dport="$(free_port)"
   setsid node "$(dirname "$0")/kinesalite-loopback.js" "$NPM_DIR/node_modules/kinesalite" --port "$kport" \
-    --shardLimit 1000 --createStreamMs "$CREATE_MS" --deleteStreamMs "$CREATE_MS" --updateStreamMs "$CREATE_MS" \
+    --shardLimit 100000 --createStreamMs "$CREATE_MS" --deleteStreamMs "$CREATE_MS" --updateStreamMs "$CREATE_MS" \
     >"$LEASEHOLD_STATE/kinesalite.log" 2>&1 < /dev/null &
   local kpid=$!
   setsid node "$NPM_DIR/node_modules/dynalite/cli.js" --host 127.0.0.1 --port "$dport" \

@@ -15,7 +15,7 @@ use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::{WorkerProcess, wait_for};
 use leasehold_testkit::proxy::FaultProxy;
 
-const DEFAULT_TIMING: &str = "lease: {duration: 10s, renewInterval: 3s, scanInterval: 1s, shardSyncInterval: 10s}\n";
+const DEFAULT_TIMING: &str = "lease: {duration: 10s, renewInterval: 3s, scanInterval: 500ms, shardSyncInterval: 10s}\n";
 
 /// A config with the default lease timing instead of the tests' fast one.
 fn default_config(stream: &str, table: &str, extra: &str) -> String {
@@ -198,7 +198,7 @@ async fn main() {
     let only = std::env::var("LEASEHOLD_BENCH").unwrap_or_default();
     let run = |name: &str| only.is_empty() || only.split(',').any(|o| o == name);
     let kinesis = leasehold_testkit::kinesis_client().await;
-    println!("## Worker runtime (default timing: lease 10 s, renew 3 s, scan 1 s)\n");
+    println!("## Worker runtime (default timing: lease 10 s, renew 3 s, scan 500 ms)\n");
     if run("failover") {
         let times = move_times(&kinesis, 10, "KILL").await;
         println!("- crash failover (kill -9 -> partner acquires the shard): {} — target max <= 11 s", stats(times));

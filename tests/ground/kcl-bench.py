@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Side by side: the Java KCL MultiLangDaemon and leasehold-worker running the same amazon_kclpy sample.
+
+  kcl-bench.py java|worker [--records 20000] [--shards 4]
+
+Creates a fresh stream (and lease table name) on the emulators, writes the records first, then starts the
+consumer and waits until the sample has logged every record (counted in the per-child stderr files that
+kcl-sample.sh writes). Samples utime+stime and RSS of the consumer's whole process tree (JVM or worker,
+plus the python children) every 100 ms. Prints one JSON line. Needs boto3, the emulators
+(tests/ground/emulators.sh start), tests/ground/kcl-java.sh install for `java`, and a release
+leasehold-worker (LEASEHOLD_WORKER_BIN) for `worker`.
+"""
+import argparse, json, os, signal, subprocess, sys, tempfile, time, uuid
+import boto3
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+CACHE = os.environ.get("LEASEHOLD_CACHE", os.path.expanduser("~/.cache/leasehold"))
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+
+def endpoints():
+    out = subprocess.run([os.path.join(HERE, "emulators.sh"), "status"], capture_output=True, text=True).stdout
+    env = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    return env["LEASEHOLD_KINESIS_ENDPOINT"], env["LEASEHOLD_DYNAMODB_ENDPOINT"]
+
+
+def tree(root):
+    """root and all its descendants."""
+    children = {}
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open(f"/proc/{p}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(p))
+            except OSError:
+                pass
+    out, todo = [], [root]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def sample(pids, cpu_seen):
+    """Updates cpu_seen[pid] = utime+stime seconds; returns the tree's RSS in bytes."""
+    rss = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu_seen[p] = (int(fields[11]) + int(fields[12])) / TICK
+            rss += int(fields[21]) * PAGE
+        except OSError:
+            pass
+    return rss
+
+
+def count(d):
+    n = 0
+    for name in os.listdir(d):
+        with open(os.path.join(d, name), "rb") as f:
+            n += f.read().count(b"Record (Partition Key:")
+    return n
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("consumer", choices=["java", "worker"])
+    ap.add_argument("--records", type=int, default=20000)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--timeout", type=float, default=600)
+    a = ap.parse_args()
+    kin_ep, ddb_ep = endpoints()
+    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
+    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
+    name = f"kclbench-{a.consumer}-{uuid.uuid4().hex[:8]}"
+    kinesis.create_stream(StreamName=name, ShardCount=a.shards)
+    kinesis.get_waiter("stream_exists").config.delay = 1
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    payload = b"x" * 100
+    for i in range(0, a.records, 500):
+        batch = [{"Data": payload, "PartitionKey": f"key-{j}"} for j in range(i, min(i + 500, a.records))]
+        r = kinesis.put_records(StreamName=name, Records=batch)
+        assert r["FailedRecordCount"] == 0, r
+    work = tempfile.mkdtemp(prefix=name + "-")
+    counts = os.path.join(work, "counts"); os.mkdir(counts)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
+               AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts)
+    child = os.path.join(HERE, "kcl-sample.sh")
+    if a.consumer == "java":
+        jars = subprocess.run([os.path.join(HERE, "kcl-java.sh"), "classpath"], capture_output=True, text=True, check=True).stdout.strip()
+        # The KCL's Kinesis client speaks only HTTP/2; kinesalite only HTTP/1.1: a translating proxy
+        # (its CPU is not counted: it stands in for the network).
+        port = kin_ep.rsplit(":", 1)[1]
+        proxy = subprocess.Popen(["node", os.path.join(HERE, "h2c-proxy.js"), "0", port], stdout=subprocess.PIPE, text=True)
+        kin_ep = "http://127.0.0.1:" + proxy.stdout.readline().strip()
+        props = os.path.join(work, "kcl.properties")
+        with open(props, "w") as f:
+            f.write(f"""executableName = {child}
+streamName = {name}
+applicationName = {name}
+{os.environ.get("KCL_BENCH_CREDENTIALS_KEY", "AwsCredentialsProvider")} = {os.environ.get("KCL_BENCH_CREDENTIALS", "DefaultCredentialsProvider")}
+initialPositionInStream = TRIM_HORIZON
+regionName = us-east-1
+kinesisEndpoint = {kin_ep}
+dynamoDBEndpoint = {ddb_ep}
+metricsLevel = NONE
+{os.environ.get('KCL_BENCH_EXTRA_PROPERTIES', '')}
+""")
+        cmd = ["java", *os.environ.get("KCL_BENCH_JAVA_OPTS", "").split(), "-cp", jars,
+               "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props]
+    else:
+        binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
+        cfg = os.path.join(work, "worker.yaml")
+        with open(cfg, "w") as f:
+            f.write(f"""streams: [{{name: {name}}}]
+aws: {{region: us-east-1, kinesisEndpoint: '{kin_ep}', dynamodbEndpoint: '{ddb_ep}'}}
+leaseTable: {{name: {name}}}
+startPosition: TRIM_HORIZON
+processor: {{multilang: {{command: ['{child}'], timeout: 60s}}}}
+ordering: shard
+""")
+        cmd = [binary, "--config", cfg, "--owner-id", "bench-1", "--metrics-addr", "127.0.0.1:0"]
+        env.setdefault("RUST_LOG", "info")
+    log = open(os.path.join(work, "consumer.log"), "wb")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cpu, peak, first, n = {}, 0, None, 0
+    while True:
+        peak = max(peak, sample(tree(proc.pid), cpu))
+        n = count(counts)
+        now = time.monotonic()
+        if n and first is None:
+            first = now
+        if n >= a.records or proc.poll() is not None or now - t0 > a.timeout:
+            break
+        time.sleep(0.1)
+    done = time.monotonic()
+    peak = max(peak, sample(tree(proc.pid), cpu))
+    ok = n >= a.records
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
+    except ProcessLookupError:
+        pass
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL); proc.wait()
+    if a.consumer == "java":
+        proxy.terminate(); proxy.wait()
+    result = {
+        "consumer": a.consumer, "ok": ok, "records": a.records, "shards": a.shards, "processed": n,
+        "startup_to_first_record_s": round(first - t0, 2) if first else None,
+        "first_to_last_s": round(done - first, 2) if first else None,
+        "records_per_s_first_to_last": round(n / (done - first), 1) if first and done > first else None,
+        "wall_s_incl_startup": round(done - t0, 2),
+        "cpu_s_tree": round(sum(cpu.values()), 2), "processes_seen": len(cpu),
+        "peak_rss_mib_tree": round(peak / 2**20, 1), "log": log.name,
+    }
+    print(json.dumps(result))
+    if not ok:
+        with open(log.name, "rb") as f:
+            sys.stderr.write(f.read()[-6000:].decode(errors="replace"))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The real Java KCL MultiLangDaemon, for side-by-side measurements with the worker's multilang processor.
+#   kcl-java.sh install   fetch amazon-kinesis-client-multilang and its dependency tree from Maven
+#                         Central into $LEASEHOLD_CACHE/kcl-java/<version>/jars (idempotent); prints the dir
+#   kcl-java.sh classpath print the classpath ('<jars>/*')
+# KCL_VERSION picks the version. amazon_kclpy 3.2.0 names 3.5.3, but the Maven Central reachable here
+# serves amazon-kinesis-client-multilang only in 2.2.0, 2.5.4 and 3.1.3, so the default is 3.1.3.
+source "$(dirname "$0")/common.sh"
+KCL_VERSION="${KCL_VERSION:-3.1.3}"
+BASE="$LEASEHOLD_CACHE/kcl-java/$KCL_VERSION"
+JARS="$BASE/jars"
+
+install() {
+  if [ -f "$JARS/.complete" ]; then echo "$JARS"; return; fi
+  command -v mvn >/dev/null || die "maven (mvn) is needed to fetch the KCL jars"
+  command -v java >/dev/null || die "a JDK (17+) is needed to run the KCL"
+  mkdir -p "$BASE"
+  cat > "$BASE/pom.xml" <<POM
+<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>leasehold.ground</groupId>
+  <artifactId>kcl-java</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>software.amazon.kinesis</groupId>
+      <artifactId>amazon-kinesis-client-multilang</artifactId>
+      <version>$KCL_VERSION</version>
+    </dependency>
+  </dependencies>
+</project>
+POM
+  log "fetching amazon-kinesis-client-multilang $KCL_VERSION and dependencies with Maven"
+  rm -rf "$JARS"
+  mvn -q -B -f "$BASE/pom.xml" dependency:copy-dependencies -DincludeScope=runtime \
+    -DoutputDirectory="$JARS" >&2 || die "maven could not fetch the KCL jars"
+  ls "$JARS"/amazon-kinesis-client-multilang-*.jar >/dev/null || die "multilang jar missing after maven"
+  touch "$JARS/.complete"
+  echo "$JARS"
+}
+
+case "${1:-}" in
+  install) install ;;
+  classpath) install >/dev/null; echo "$JARS/*" ;;
+  *) echo "usage: $0 install|classpath" >&2; exit 2 ;;
+esac

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs the unmodified amazon_kclpy sample record processor as a multilang child, its stderr appended to
+# a per-process file in $KCL_BENCH_COUNT_DIR. The sample writes "Record (Partition Key: ..." without a
+# newline, which the Java daemon (reading its child's stderr by lines) would only pass on when the child
+# exits; a file per child lets kcl-bench.py count records as they are processed, the same way for the
+# Java MultiLangDaemon and for leasehold-worker. exec: no extra process in the CPU figures.
+KCLPY="${KCLPY:-$HOME/.cache/leasehold/kclpy/amazon_kclpy-3.2.0}"
+export PYTHONPATH="$KCLPY${PYTHONPATH:+:$PYTHONPATH}"
+exec python3 "$KCLPY/samples/sample_kclpy_app.py" 2>>"${KCL_BENCH_COUNT_DIR:?}/$$.err"

@@ -15,17 +15,6 @@ use serde_json::json;
 const CONSUMERS: usize = 200;
 const SAMPLES: usize = 100;
 
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 fn hash(deployment: &Deployment) -> Option<String> {
     deployment.spec.as_ref()?.template.metadata.as_ref()?.annotations.as_ref()?.get("leasehold.io/config-hash").cloned()
 }
@@ -47,7 +36,7 @@ async fn main() {
         "30s",
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let idle_rss = rss_mib(operator.id());
+    let idle_rss = leasehold_testkit::process::rss_mib(operator.id());
 
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
@@ -65,7 +54,7 @@ async fn main() {
     })
     .await;
     let all_reconciled = created.elapsed();
-    let loaded_rss = rss_mib(operator.id());
+    let loaded_rss = leasehold_testkit::process::rss_mib(operator.id());
 
     let mut latencies = Vec::new();
     for i in 0..SAMPLES {
@@ -89,7 +78,7 @@ async fn main() {
     }
     latencies.sort();
     let pct = |p: f64| latencies[((latencies.len() as f64 * p) as usize).min(latencies.len() - 1)];
-    let final_rss = rss_mib(operator.id());
+    let final_rss = leasehold_testkit::process::rss_mib(operator.id());
     let _ = operator.kill();
     let _ = operator.wait();
     let _ = Api::<Namespace>::all(client).delete(&ns, &Default::default()).await;

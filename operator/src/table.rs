@@ -3,11 +3,9 @@
 //! created it.
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput, ScalarAttributeType,
-    TableStatus, Tag,
-};
+use aws_sdk_dynamodb::types::TableStatus;
 use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec};
+use leasehold_worker::lease::{TableBilling, create_table};
 
 use crate::error::{Error, Result};
 
@@ -57,8 +55,8 @@ pub async fn ensure(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Re
     match client.describe_table().table_name(table).send().await {
         Ok(out) => Ok((state(out.table.and_then(|t| t.table_status)), false)),
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-            create(client, spec, owner).await?;
-            Ok((TableState::Creating, true))
+            let created = create(client, spec, owner).await?;
+            Ok((TableState::Creating, created))
         }
         Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
     }
@@ -72,52 +70,13 @@ fn state(status: Option<TableStatus>) -> TableState {
     }
 }
 
-async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<()> {
-    let table = spec.name.as_str();
-    let definition = AttributeDefinition::builder()
-        .attribute_name("lease_key")
-        .attribute_type(ScalarAttributeType::S)
-        .build()
-        .map_err(|e| failed(table, e))?;
-    let key = KeySchemaElement::builder()
-        .attribute_name("lease_key")
-        .key_type(KeyType::Hash)
-        .build()
-        .map_err(|e| failed(table, e))?;
-    let tags = owner
-        .tags()
-        .into_iter()
-        .map(|(k, v)| Tag::builder().key(k).value(v).build().map_err(|e| failed(table, e)))
-        .collect::<Result<Vec<_>>>()?;
-    let mut request =
-        client.create_table().table_name(table).attribute_definitions(definition).key_schema(key).set_tags(Some(tags));
-    request = match spec.billing_mode.unwrap_or(SpecBilling::PayPerRequest) {
-        SpecBilling::PayPerRequest => request.billing_mode(BillingMode::PayPerRequest),
-        SpecBilling::Provisioned => request.billing_mode(BillingMode::Provisioned).provisioned_throughput(
-            ProvisionedThroughput::builder()
-                .read_capacity_units(10)
-                .write_capacity_units(10)
-                .build()
-                .map_err(|e| failed(table, e))?,
-        ),
+async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<bool> {
+    let billing = match spec.billing_mode.unwrap_or(SpecBilling::PayPerRequest) {
+        SpecBilling::PayPerRequest => TableBilling::OnDemand,
+        SpecBilling::Provisioned => TableBilling::Provisioned { read: 10, write: 10 },
     };
-    match request.send().await {
-        Ok(out) => {
-            // Some implementations (dynalite among them) ignore tags given to CreateTable; tagging again
-            // is harmless where they were kept, and the tags are what later proves the table is ours.
-            if let Some(arn) = out.table_description.and_then(|t| t.table_arn) {
-                let tags =
-                    owner.tags().into_iter().filter_map(|(k, v)| Tag::builder().key(k).value(v).build().ok()).collect();
-                if let Err(e) = client.tag_resource().resource_arn(arn).set_tags(Some(tags)).send().await {
-                    tracing::warn!(table, error = %aws_sdk_dynamodb::error::DisplayErrorContext(e), "could not tag the new lease table");
-                }
-            }
-            Ok(())
-        }
-        // Someone created it between our describe and our create: fine.
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(()),
-        Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
-    }
+    let tags: Vec<(String, String)> = owner.tags().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    create_table(client, &spec.name, billing, &tags).await.map_err(|e| failed(&spec.name, e))
 }
 
 /// What a deletion did.

@@ -17,10 +17,7 @@ use serde_json::json;
 use support::{aws, wait};
 
 fn tool(name: &str) -> PathBuf {
-    let cache = std::env::var_os("LEASEHOLD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold"));
-    let path = cache.join("k8s-bin").join(name);
+    let path = leasehold_testkit::cache_dir().join("k8s-bin").join(name);
     assert!(path.exists(), "{} is missing: install it with `tests/ground/control-plane.sh install`", path.display());
     path
 }

@@ -14,14 +14,13 @@ async fn not_found() -> impl IntoResponse {
 
 #[tokio::test]
 async fn a_missing_crd_stops_the_operator_with_instructions() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, Router::new().fallback(not_found)).await });
+    let server = leasehold_testkit::server::LocalServer::start(Router::new().fallback(not_found)).await;
+    let endpoint = server.endpoint();
     let kubeconfig = std::env::temp_dir().join(format!("no-crd-{}.yaml", std::process::id()));
     std::fs::write(
         &kubeconfig,
         format!(
-            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'http://{addr}'}}}}]\n\
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: '{endpoint}'}}}}]\n\
              users: [{{name: u, user: {{}}}}]\ncontexts: [{{name: x, context: {{cluster: c, user: u}}}}]\ncurrent-context: x\n"
         ),
     )

@@ -2,12 +2,13 @@
 //! clients classify and survive throttling, server errors and hung calls. The emulators cannot produce
 //! these faults themselves.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+
+use crate::server::LocalServer;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -27,9 +28,8 @@ pub enum Fault {
 
 /// A running fault server on a free loopback port; stops when dropped.
 pub struct FaultServer {
-    addr: SocketAddr,
+    server: LocalServer,
     requests: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl FaultServer {
@@ -45,28 +45,17 @@ impl FaultServer {
                 answer(fault).await
             }
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind fault server");
-        let addr = listener.local_addr().expect("fault server address");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Self { addr, requests, task }
+        Self { server: LocalServer::start(app).await, requests }
     }
 
     /// The endpoint URL to give a client.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.endpoint()
     }
 
     /// How many requests it has received.
     pub fn requests(&self) -> u64 {
         self.requests.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for FaultServer {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

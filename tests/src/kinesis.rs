@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, StreamStatus};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
 
 /// Record `n` of key `key`, as the tests write it: data `"<key>:<n>"`, partition key `key`.
 pub fn numbered(key: &str, n: u64) -> (String, Vec<u8>) {
@@ -100,4 +100,49 @@ pub async fn merge(client: &Client, stream: &str, shard: &str, adjacent: &str) {
         .await
         .expect("merge shards");
     wait_active(client, stream).await;
+}
+
+/// A TRIM_HORIZON iterator on `shard` of `stream`.
+pub async fn trim_horizon(client: &Client, stream: &str, shard: &str) -> Option<String> {
+    client
+        .get_shard_iterator()
+        .stream_name(stream)
+        .shard_id(shard)
+        .shard_iterator_type(ShardIteratorType::TrimHorizon)
+        .send()
+        .await
+        .expect("shard iterator")
+        .shard_iterator
+}
+
+/// One record read back from a stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRecord {
+    /// Its partition key.
+    pub partition_key: String,
+    /// Its sequence number.
+    pub sequence_number: String,
+    /// Its payload as text.
+    pub data: String,
+}
+
+/// Every record now in the open shards of `stream`, shard by shard, in shard order.
+pub async fn read_all(client: &Client, stream: &str) -> Vec<StoredRecord> {
+    let mut all = Vec::new();
+    for (shard, _, _) in open_shards(client, stream).await {
+        let mut iterator = trim_horizon(client, stream, &shard).await;
+        while let Some(current) = iterator {
+            let out = client.get_records().shard_iterator(current).send().await.expect("get records");
+            if out.records.is_empty() {
+                break;
+            }
+            all.extend(out.records.into_iter().map(|r| StoredRecord {
+                partition_key: r.partition_key,
+                sequence_number: r.sequence_number,
+                data: String::from_utf8_lossy(r.data.as_ref()).into_owned(),
+            }));
+            iterator = out.next_shard_iterator;
+        }
+    }
+    all
 }

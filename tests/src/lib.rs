@@ -8,6 +8,7 @@ mod fault;
 pub mod kinesis;
 pub mod process;
 pub mod proxy;
+pub mod server;
 
 pub use fault::{Fault, FaultServer, closed_endpoint};
 
@@ -54,15 +55,23 @@ impl Service {
     }
 }
 
+/// Where the test-ground scripts cache what they install: `$LEASEHOLD_CACHE`, else `~/.cache/leasehold`
+/// (as `tests/ground/common.sh` decides).
+pub fn cache_dir() -> PathBuf {
+    std::env::var_os("LEASEHOLD_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold"))
+}
+
+/// Where the test-ground scripts keep run state (endpoints, kubeconfig): `$LEASEHOLD_STATE`, else
+/// `<cache>/run`.
+pub fn state_dir() -> PathBuf {
+    std::env::var_os("LEASEHOLD_STATE").map(PathBuf::from).unwrap_or_else(|| cache_dir().join("run"))
+}
+
 /// The state file that `tests/ground/emulators.sh start` writes.
 pub fn emulator_state_file() -> PathBuf {
-    let state = std::env::var_os("LEASEHOLD_STATE").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("LEASEHOLD_CACHE")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold"));
-        cache.join("run")
-    });
-    state.join("emulators.env")
+    state_dir().join("emulators.env")
 }
 
 fn endpoint_from_state_file(var: &str) -> Option<String> {

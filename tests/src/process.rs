@@ -195,6 +195,18 @@ impl Drop for WorkerProcess {
     }
 }
 
+/// Resident memory of process `pid` in MiB (Linux `/proc`), 0 when it cannot be read.
+pub fn rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
 /// Waits until `condition` holds, checking every 100 ms, or panics with `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();

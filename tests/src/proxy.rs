@@ -15,6 +15,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
+use crate::server::LocalServer;
+
 /// Decides, from the operation name (`GetRecords`, ...) and how many of that operation came before,
 /// whether to answer with an AWS error type (`Some("ProvisionedThroughputExceededException")`).
 pub type FaultPolicy = Arc<dyn Fn(&str, u64) -> Option<&'static str> + Send + Sync>;
@@ -29,9 +31,8 @@ struct Shared {
 
 /// A running proxy on a free loopback port; stops when dropped.
 pub struct FaultProxy {
-    addr: std::net::SocketAddr,
+    server: LocalServer,
     shared: Arc<Shared>,
-    task: tokio::task::JoinHandle<()>,
 }
 
 impl FaultProxy {
@@ -45,17 +46,12 @@ impl FaultProxy {
             injected: AtomicU64::new(0),
         });
         let app = Router::new().fallback(forward).with_state(shared.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        let addr = listener.local_addr().expect("proxy address");
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Self { addr, shared, task }
+        Self { server: LocalServer::start(app).await, shared }
     }
 
     /// The endpoint URL to give a client.
     pub fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
+        self.server.endpoint()
     }
 
     /// Requests seen per operation (including injected faults).
@@ -66,12 +62,6 @@ impl FaultProxy {
     /// How many faults were injected.
     pub fn injected(&self) -> u64 {
         self.shared.injected.load(Ordering::SeqCst)
-    }
-}
-
-impl Drop for FaultProxy {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -46,22 +46,10 @@ async fn http_run(processor: Arc<HttpProcessor>, concurrency: usize) -> (f64, Du
     (rate, latencies[latencies.len() / 2], latencies[latencies.len() * 99 / 100])
 }
 
-fn rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0.0);
-    kib / 1024.0
-}
-
 #[tokio::main]
 async fn main() {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let url = format!("http://{}/records", listener.local_addr().expect("addr"));
-    tokio::spawn(async move { axum::serve(listener, Router::new().fallback(|| async { "" })).await });
+    let server = leasehold_testkit::server::LocalServer::start(Router::new().fallback(|| async { "" })).await;
+    let url = format!("{}/records", server.endpoint());
     let processor = Arc::new(HttpProcessor::new(&url, Duration::from_secs(5)).expect("processor"));
     println!("## Processors and footprint\n");
     println!(
@@ -83,11 +71,11 @@ async fn main() {
     let worker = common::spawn(&config, "rss-1");
     wait_for("100 leases held", Duration::from_secs(120), || worker.held_shards().len() == 100);
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let idle = rss_mib(worker.pid());
+    let idle = leasehold_testkit::process::rss_mib(worker.pid());
     let data = common::records(1000, 0, 10);
     leasehold_testkit::kinesis::put_records(&kinesis, &stream, &data).await;
     wait_for("10k records processed", Duration::from_secs(120), || worker.delivery_count() >= data.len());
-    let busy = rss_mib(worker.pid());
+    let busy = leasehold_testkit::process::rss_mib(worker.pid());
     println!(
         "\n- worker RSS holding 100 leases (release binary, DynamoDB leases): {idle:.1} MiB idle, {busy:.1} MiB after processing 10,000 records"
     );

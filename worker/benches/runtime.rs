@@ -9,7 +9,6 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::types::ShardIteratorType;
 use common::{Producer, config, event_time, records, spawn};
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::{WorkerProcess, wait_for};
@@ -19,10 +18,7 @@ const DEFAULT_TIMING: &str = "lease: {duration: 10s, renewInterval: 3s, scanInte
 
 /// A config with the default lease timing instead of the tests' fast one.
 fn default_config(stream: &str, table: &str, extra: &str) -> String {
-    let fast = config(stream, Some(table), extra);
-    let start = fast.find("lease: {").expect("lease line");
-    let end = start + fast[start..].find('\n').expect("line end") + 1;
-    format!("{}{DEFAULT_TIMING}{}", &fast[..start], &fast[end..])
+    common::config_with_timing(stream, Some(table), DEFAULT_TIMING, extra)
 }
 
 fn stats(mut values: Vec<Duration>) -> String {
@@ -103,15 +99,7 @@ async fn sdk_loop(kinesis: &aws_sdk_kinesis::Client, stream: &str, total: usize)
             let (kinesis, stream, read, first) = (kinesis.clone(), stream.to_string(), read.clone(), first.clone());
             let last = last.clone();
             tokio::spawn(async move {
-                let mut iterator = kinesis
-                    .get_shard_iterator()
-                    .stream_name(&stream)
-                    .shard_id(&shard)
-                    .shard_iterator_type(ShardIteratorType::TrimHorizon)
-                    .send()
-                    .await
-                    .expect("iterator")
-                    .shard_iterator;
+                let mut iterator = leasehold_testkit::kinesis::trim_horizon(&kinesis, &stream, &shard).await;
                 while let Some(current) = iterator {
                     if read.load(std::sync::atomic::Ordering::SeqCst) >= total {
                         break;

@@ -85,8 +85,7 @@ fn new_lease(key: &LeaseKey) -> NewLease {
     NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![] }
 }
 
-async fn created<H: Harness>(h: &H, store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
-    let _ = h;
+async fn created(store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
     assert!(store.create_if_absent(&new_lease(key)).await.expect("create"));
     store.get(key).await.expect("get").expect("row exists")
 }
@@ -125,7 +124,7 @@ async fn create_if_absent_creates_once<H: Harness>(h: &H) {
 async fn acquire_free_row_sets_owner_expiry_and_counter<H: Harness>(h: &H) {
     let a = h.store("a", clock());
     let k = key(0);
-    let seen = created(h, &*a, &k).await;
+    let seen = created(&*a, &k).await;
     let before = a.settings().clock.wall_ms();
     let held = a.acquire(&seen).await.expect("free row is taken");
     assert_eq!(held.owner.as_deref(), Some("a"));
@@ -138,7 +137,7 @@ async fn acquire_free_row_sets_owner_expiry_and_counter<H: Harness>(h: &H) {
 async fn live_lease_of_another_is_refused<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let seen = read(&*b, &k).await;
     match b.acquire(&seen).await {
         Err(LeaseError::HeldByOther { owner, remaining, .. }) => {
@@ -153,7 +152,7 @@ async fn live_lease_of_another_is_refused<H: Harness>(h: &H) {
 async fn owner_retakes_its_own_lease_at_once<H: Harness>(h: &H) {
     let a = h.store("a", clock());
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     // The same stable owner id in a new process (fresh store, fresh clock) takes it back immediately.
     let restarted = h.store("a", clock());
     let seen = read(&*restarted, &k).await;
@@ -166,7 +165,7 @@ async fn takeover_after_counter_unchanged_for_a_lease_duration<H: Harness>(h: &H
     let (a, b_clock) = (h.store("a", clock()), clock());
     let b = h.store("b", b_clock.clone());
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let seen = read(&*b, &k).await;
     b_clock.advance(LEASE - Duration::from_millis(1));
     assert!(matches!(b.acquire(&seen).await, Err(LeaseError::HeldByOther { .. })), "not yet a whole duration");
@@ -188,7 +187,7 @@ async fn renewal_restarts_the_observation<H: Harness>(h: &H) {
     let (a, b_clock) = (h.store("a", clock()), clock());
     let b = h.store("b", b_clock.clone());
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     read(&*b, &k).await;
     b_clock.advance(LEASE / 2);
     let held = a.renew(&held).await.expect("holder renews");
@@ -206,7 +205,7 @@ async fn fast_wall_clock_cannot_steal_a_live_lease<H: Harness>(h: &H) {
     let a = h.store("a", clock());
     let b = h.store("b", Arc::new(ManualClock::with_skew_ms(HOUR_MS)));
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let seen = read(&*b, &k).await;
     assert!(
         seen.expiry_ms.unwrap() < b.settings().clock.wall_ms(),
@@ -222,7 +221,7 @@ async fn slow_wall_clock_still_takes_a_dead_lease<H: Harness>(h: &H) {
     let b_clock = Arc::new(ManualClock::with_skew_ms(-HOUR_MS));
     let b = h.store("b", b_clock.clone());
     let k = key(0);
-    a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    a.acquire(&created(&*a, &k).await).await.unwrap();
     let seen = read(&*b, &k).await;
     assert!(seen.expiry_ms.unwrap() > b.settings().clock.wall_ms(), "by b's wall clock the lease looks live");
     b_clock.advance(LEASE);
@@ -233,7 +232,7 @@ async fn takeover_is_conditioned_on_the_observed_counter<H: Harness>(h: &H) {
     let (a, b_clock) = (h.store("a", clock()), clock());
     let b = h.store("b", b_clock.clone());
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let stale = read(&*b, &k).await;
     let renewed = a.renew(&held).await.unwrap();
     b_clock.advance(LEASE * 2);
@@ -245,7 +244,7 @@ async fn takeover_is_conditioned_on_the_observed_counter<H: Harness>(h: &H) {
 async fn acquire_needs_this_workers_own_read<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     // b never read the row: a copy handed over from elsewhere proves nothing about expiry.
     assert!(matches!(b.acquire(&held).await, Err(LeaseError::NotObserved { .. })));
 }
@@ -253,7 +252,7 @@ async fn acquire_needs_this_workers_own_read<H: Harness>(h: &H) {
 async fn holder_writes_require_holding_the_row<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     // A copy showing a as owner is refused locally...
     assert!(matches!(b.renew(&held).await, Err(LeaseError::NotOwner { .. })));
     // ...and a forged copy naming b as owner is refused by the table's condition.
@@ -270,7 +269,7 @@ async fn holder_writes_require_holding_the_row<H: Harness>(h: &H) {
 async fn counters_strictly_increase_with_every_write<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let k = key(0);
-    let mut counters = vec![created(h, &*a, &k).await.counter];
+    let mut counters = vec![created(&*a, &k).await.counter];
     let held = a.acquire(&read(&*a, &k).await).await.unwrap();
     counters.push(held.counter);
     let held = a.renew(&held).await.unwrap();
@@ -288,7 +287,7 @@ async fn counters_strictly_increase_with_every_write<H: Harness>(h: &H) {
 async fn release_frees_the_row_and_keeps_the_checkpoint<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let held = a.checkpoint(&held, &Checkpoint::Sequence("7".into())).await.unwrap();
     let free = a.release(&held, None).await.expect("holder releases");
     assert_eq!((free.owner.clone(), free.expiry_ms), (None, None));
@@ -304,7 +303,7 @@ async fn release_frees_the_row_and_keeps_the_checkpoint<H: Harness>(h: &H) {
 async fn every_checkpoint_form_is_stored<H: Harness>(h: &H) {
     let a = h.store("a", clock());
     let k = key(0);
-    let mut held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let mut held = a.acquire(&created(&*a, &k).await).await.unwrap();
     for checkpoint in [
         Checkpoint::Sequence("49590338271490256608559692538361571095921575989136588898".into()),
         Checkpoint::AtTimestamp(1_700_000_000_123),
@@ -321,8 +320,8 @@ async fn keys_keep_two_streams_apart<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let orders = LeaseKey::new("orders", "shardId-000000000000");
     let payments = LeaseKey::new("payments", "shardId-000000000000");
-    let held = a.acquire(&created(h, &*a, &orders).await).await.unwrap();
-    let other = created(h, &*b, &payments).await;
+    let held = a.acquire(&created(&*a, &orders).await).await.unwrap();
+    let other = created(&*b, &payments).await;
     assert_eq!(other.owner, None, "same shard id in another stream is another row");
     let other = b.acquire(&other).await.expect("free row of the other stream");
     a.checkpoint(&held, &Checkpoint::Sequence("1".into())).await.unwrap();
@@ -408,7 +407,7 @@ async fn malformed_rows_are_reported_with_their_key_and_skipped<H: Harness>(h: &
 async fn delete_requires_an_unchanged_row<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let k = key(0);
-    let stale = created(h, &*b, &k).await;
+    let stale = created(&*b, &k).await;
     let held = a.acquire(&read(&*a, &k).await).await.unwrap();
     assert!(matches!(b.delete(&stale).await, Err(LeaseError::ConditionFailed { .. })));
     assert_eq!(read(&*a, &k).await, held);
@@ -424,7 +423,7 @@ async fn delete_requires_an_unchanged_row<H: Harness>(h: &H) {
 async fn handoff_request_leaves_the_counter_and_release_to_transfers<H: Harness>(h: &H) {
     let (a, b, c) = (h.store("a", clock()), h.store("b", clock()), h.store("c", clock()));
     let k = key(0);
-    let held = a.acquire(&created(h, &*a, &k).await).await.unwrap();
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let seen = read(&*b, &k).await;
     let asked = b.request_handoff(&seen).await.expect("request on a held row");
     assert_eq!(asked.handoff_to.as_deref(), Some("b"));

@@ -13,10 +13,7 @@ use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSetti
 
 /// The unpacked amazon_kclpy sdist (`tests/ground/kclpy.sh` fetches it; `make test` runs that).
 fn kclpy() -> PathBuf {
-    let cache = std::env::var_os("LEASEHOLD_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold"));
-    let dir = cache.join("kclpy/amazon_kclpy-3.2.0");
+    let dir = leasehold_testkit::cache_dir().join("kclpy/amazon_kclpy-3.2.0");
     assert!(
         dir.join("amazon_kclpy/kcl.py").exists(),
         "amazon_kclpy is missing: run tests/ground/kclpy.sh (or make test)"
@@ -58,18 +55,8 @@ async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let store = DynamoLeaseStore::new(dynamodb, table, LeaseSettings::new("viewer"));
     let lease = store.get(&LeaseKey::new(stream.as_str(), "shardId-000000000000")).await.unwrap().expect("row");
-    let last = kinesis
-        .get_shard_iterator()
-        .stream_name(&stream)
-        .shard_id("shardId-000000000000")
-        .shard_iterator_type(aws_sdk_kinesis::types::ShardIteratorType::TrimHorizon)
-        .send()
-        .await
-        .unwrap()
-        .shard_iterator
-        .unwrap();
-    let all = kinesis.get_records().shard_iterator(last).send().await.unwrap().records;
-    let last_sequence = all.last().unwrap().sequence_number.clone();
+    let all = leasehold_testkit::kinesis::read_all(&kinesis, &stream).await;
+    let last_sequence = all.last().expect("records").sequence_number.clone();
     assert_eq!(
         lease.checkpoint,
         Checkpoint::Sequence(last_sequence),

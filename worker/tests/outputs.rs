@@ -5,7 +5,6 @@ mod common;
 
 use std::time::Duration;
 
-use aws_sdk_kinesis::types::ShardIteratorType;
 use axum::Router;
 use axum::body::Bytes;
 use base64::Engine;
@@ -26,42 +25,13 @@ async fn answer(body: Bytes) -> ([(&'static str, &'static str); 1], String) {
     ([("content-type", "application/json")], answer.to_string())
 }
 
-async fn read_all(kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Vec<(String, String)> {
-    let mut all = Vec::new();
-    for (shard, _, _) in leasehold_testkit::kinesis::open_shards(kinesis, stream).await {
-        let mut iterator = kinesis
-            .get_shard_iterator()
-            .stream_name(stream)
-            .shard_id(&shard)
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .expect("iterator")
-            .shard_iterator;
-        while let Some(current) = iterator {
-            let out = kinesis.get_records().shard_iterator(current).send().await.expect("records");
-            if out.records.is_empty() {
-                break;
-            }
-            all.extend(
-                out.records
-                    .into_iter()
-                    .map(|r| (r.partition_key, String::from_utf8_lossy(r.data.as_ref()).into_owned())),
-            );
-            iterator = out.next_shard_iterator;
-        }
-    }
-    all
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_outputs_are_published_under_the_documented_keys() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let input = leasehold_testkit::create_stream(&kinesis, "outputs-in", 1).await;
     let output = leasehold_testkit::create_stream(&kinesis, "outputs-out", 2).await;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}/records", listener.local_addr().unwrap());
-    tokio::spawn(async move { axum::serve(listener, Router::new().fallback(answer)).await });
+    let server = leasehold_testkit::server::LocalServer::start(Router::new().fallback(answer)).await;
+    let url = format!("{}/records", server.endpoint());
 
     let extra = format!("startPosition: TRIM_HORIZON\noutput: {{stream: {output}, partitionKey: receipts}}\n");
     let config = config(&input, None, &extra)
@@ -72,7 +42,11 @@ async fn http_outputs_are_published_under_the_documented_keys() {
 
     let mut published = Vec::new();
     for _ in 0..100 {
-        published = read_all(&kinesis, &output).await;
+        published = leasehold_testkit::kinesis::read_all(&kinesis, &output)
+            .await
+            .into_iter()
+            .map(|r| (r.partition_key, r.data))
+            .collect();
         if published.len() >= written.len() * 3 {
             break;
         }

@@ -25,13 +25,9 @@ const START_HINT: &str = "start it with `make control-plane` (tests/ground/contr
 
 /// The admin kubeconfig of the local control plane (or `$KUBECONFIG`).
 pub fn kubeconfig_path() -> PathBuf {
-    if let Some(path) = std::env::var_os("KUBECONFIG") {
-        return PathBuf::from(path);
-    }
-    let state = std::env::var_os("LEASEHOLD_STATE")
+    std::env::var_os("KUBECONFIG")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/leasehold/run"));
-    state.join("control-plane/kubeconfig")
+        .unwrap_or_else(|| leasehold_testkit::state_dir().join("control-plane/kubeconfig"))
 }
 
 /// A client for the local control plane; panics with instructions when it is not running.

@@ -12,7 +12,7 @@ use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
     AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row, member_key,
-    raw_key,
+    member_row_key, raw_key,
 };
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
@@ -234,10 +234,11 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn heartbeat(&self) -> Result<()> {
+        let key = member_row_key(&self.settings.owner);
         let mut rows = self.table.rows();
-        let row = rows.entry(format!("{}{}", super::MEMBER_PREFIX, self.settings.owner)).or_default();
+        let row = rows.entry(key.clone()).or_default();
         let counter = decode_member(row).map(|m| m.counter + 1).unwrap_or(1);
-        row.insert(attr::LEASE_KEY.into(), AttrValue::S(format!("{}{}", super::MEMBER_PREFIX, self.settings.owner)));
+        row.insert(attr::LEASE_KEY.into(), AttrValue::S(key));
         row.insert(attr::LEASE_OWNER.into(), AttrValue::S(self.settings.owner.clone()));
         row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(self.settings.expiry_ms().to_string()));
         row.insert(attr::LEASE_COUNTER.into(), AttrValue::N(counter.to_string()));
@@ -245,12 +246,12 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn leave(&self) -> Result<()> {
-        self.table.rows().remove(&format!("{}{}", super::MEMBER_PREFIX, self.settings.owner));
+        self.table.rows().remove(&member_row_key(&self.settings.owner));
         Ok(())
     }
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
-        let key = format!("{}{}", super::MEMBER_PREFIX, member.owner);
+        let key = member_row_key(&member.owner);
         let mut rows = self.table.rows();
         let unchanged =
             rows.get(&key).and_then(|row| decode_member(row).ok()).is_some_and(|m| m.counter == member.counter);

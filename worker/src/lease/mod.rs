@@ -23,7 +23,7 @@ use async_trait::async_trait;
 
 pub use checkpoint::{Checkpoint, InvalidCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use dynamo::{DynamoLeaseStore, ensure_table};
+pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
 pub use error::{LeaseError, Result};
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};

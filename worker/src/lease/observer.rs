@@ -28,13 +28,20 @@ impl Observer {
         self.seen.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Records that `key`'s counter was `counter` at monotonic time `now`; returns since when it has
+    /// been that.
+    fn sighting(&self, key: LeaseKey, counter: u64, now: Duration) -> Duration {
+        let mut seen = self.seen();
+        let entry = seen.entry(key).or_insert(Seen { counter, since: now });
+        if entry.counter != counter {
+            *entry = Seen { counter, since: now };
+        }
+        entry.since
+    }
+
     /// Records a read or a successful write of `lease` at monotonic time `now`.
     pub(crate) fn observe(&self, lease: &Lease, now: Duration) {
-        let mut seen = self.seen();
-        let entry = seen.entry(lease.key.clone()).or_insert(Seen { counter: lease.counter, since: now });
-        if entry.counter != lease.counter {
-            *entry = Seen { counter: lease.counter, since: now };
-        }
+        self.sighting(lease.key.clone(), lease.counter, now);
     }
 
     /// Forgets a row (deleted, or a write on it failed so the last copy is stale).
@@ -45,13 +52,8 @@ impl Observer {
     /// Records a membership row read at monotonic time `now` and says whether the worker is alive: its
     /// counter moved within the last lease duration (or was first seen less than one ago).
     pub(crate) fn member_alive(&self, member: &Member, now: Duration, duration: Duration) -> bool {
-        let key = member_key(&member.owner);
-        let mut seen = self.seen();
-        let entry = seen.entry(key).or_insert(Seen { counter: member.counter, since: now });
-        if entry.counter != member.counter {
-            *entry = Seen { counter: member.counter, since: now };
-        }
-        now.saturating_sub(entry.since) < duration
+        let since = self.sighting(member_key(&member.owner), member.counter, now);
+        now.saturating_sub(since) < duration
     }
 
     /// Whether `settings.owner` may take `lease` now, judged only on this worker's observations.

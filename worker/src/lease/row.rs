@@ -185,6 +185,11 @@ pub fn decode_member(attrs: &Attributes) -> Result<Member, Malformed> {
     Ok(Member { owner, counter, alive: true })
 }
 
+/// The `lease_key` text of a worker's membership row.
+pub fn member_row_key(owner: &str) -> String {
+    format!("{MEMBER_PREFIX}{owner}")
+}
+
 /// The key under which a worker's membership row is kept (and observed).
 pub fn member_key(owner: &str) -> LeaseKey {
     LeaseKey::new(MEMBER_PREFIX.trim_end_matches(':'), owner)

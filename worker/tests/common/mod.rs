@@ -15,13 +15,18 @@ pub const FAST_TIMING: &str = "lease: {duration: 2s, renewInterval: 500ms, scanI
 
 /// A worker config for `stream` on the emulators; `table` None means the memory store.
 pub fn config(stream: &str, table: Option<&str>, extra: &str) -> String {
+    config_with_timing(stream, table, FAST_TIMING, extra)
+}
+
+/// A worker config for `stream` on the emulators with `timing` (a `lease:` line) instead of the fast one.
+pub fn config_with_timing(stream: &str, table: Option<&str>, timing: &str, extra: &str) -> String {
     let kinesis = leasehold_testkit::endpoint(leasehold_testkit::Service::Kinesis);
     let dynamodb = leasehold_testkit::endpoint(leasehold_testkit::Service::DynamoDb);
     let table = table.map(|t| format!("leaseTable: {{name: {t}}}\n")).unwrap_or_default();
     let reader = if extra.contains("reader:") { "" } else { "reader: {idleTime: 100ms}\n" };
     format!(
         "streams: [{{name: {stream}}}]\naws: {{region: us-east-1, kinesisEndpoint: '{kinesis}', dynamodbEndpoint: '{dynamodb}'}}\n\
-         {table}processor: {{stdout: {{}}}}\n{FAST_TIMING}{reader}{extra}"
+         {table}processor: {{stdout: {{}}}}\n{timing}{reader}{extra}"
     )
 }
 

@@ -14,12 +14,12 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
-use super::row::{Lease, MEMBER_PREFIX, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row};
+use super::row::{Lease, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row, member_row_key};
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
 use convert::{from_item, to_item};
 use errors::{Request, classify};
-pub use table::ensure_table;
+pub use table::{TableBilling, create_table, ensure_table};
 
 /// A [`LeaseStore`] over a DynamoDB table with hash key `lease_key`.
 #[derive(Debug)]
@@ -57,7 +57,7 @@ impl DynamoLeaseStore {
     }
 
     fn member_key_value(&self, owner: &str) -> AttributeValue {
-        AttributeValue::S(format!("{MEMBER_PREFIX}{owner}"))
+        AttributeValue::S(member_row_key(owner))
     }
 
     fn key_value(key: &LeaseKey) -> AttributeValue {

@@ -4,50 +4,92 @@ use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
-    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType, TableStatus, Tag,
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput, ScalarAttributeType,
+    TableStatus, Tag,
 };
 
 use super::errors::{Request, classify};
 use crate::lease::error::{LeaseError, Result};
 use crate::lease::row::attr;
 
-/// Creates the lease table (hash key `lease_key`, on-demand billing, with `tags`) unless it exists,
-/// then waits up to `wait` for it to be ACTIVE. True when this call created it.
+/// How a new lease table is billed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableBilling {
+    /// On-demand (PAY_PER_REQUEST).
+    OnDemand,
+    /// Provisioned with this many read and write capacity units.
+    Provisioned {
+        /// Read capacity units.
+        read: i64,
+        /// Write capacity units.
+        write: i64,
+    },
+}
+
+/// Creates the lease table (hash key `lease_key`) with `tags`, without waiting for it. False when it
+/// already existed (created meanwhile by someone else).
+pub async fn create_table(
+    client: &Client,
+    table: &str,
+    billing: TableBilling,
+    tags: &[(String, String)],
+) -> Result<bool> {
+    let definition = AttributeDefinition::builder()
+        .attribute_name(attr::LEASE_KEY)
+        .attribute_type(ScalarAttributeType::S)
+        .build()
+        .map_err(|e| invalid(table, e))?;
+    let key = KeySchemaElement::builder()
+        .attribute_name(attr::LEASE_KEY)
+        .key_type(KeyType::Hash)
+        .build()
+        .map_err(|e| invalid(table, e))?;
+    let tags = tags
+        .iter()
+        .map(|(k, v)| Tag::builder().key(k).value(v).build().map_err(|e| invalid(table, e)))
+        .collect::<Result<Vec<_>>>()?;
+    let request = client
+        .create_table()
+        .table_name(table)
+        .attribute_definitions(definition)
+        .key_schema(key)
+        .set_tags((!tags.is_empty()).then(|| tags.clone()));
+    let request = match billing {
+        TableBilling::OnDemand => request.billing_mode(BillingMode::PayPerRequest),
+        TableBilling::Provisioned { read, write } => {
+            request.billing_mode(BillingMode::Provisioned).provisioned_throughput(
+                ProvisionedThroughput::builder()
+                    .read_capacity_units(read)
+                    .write_capacity_units(write)
+                    .build()
+                    .map_err(|e| invalid(table, e))?,
+            )
+        }
+    };
+    match request.send().await {
+        Ok(out) => {
+            // Some implementations (dynalite among them) ignore tags given to CreateTable; tagging again
+            // is harmless where they were kept, and the tags are what later proves whose table it is.
+            if let Some(arn) = out.table_description.and_then(|t| t.table_arn).filter(|_| !tags.is_empty())
+                && let Err(e) = client.tag_resource().resource_arn(arn).set_tags(Some(tags)).send().await
+            {
+                let error = aws_sdk_dynamodb::error::DisplayErrorContext(e);
+                tracing::warn!(table, error = %error, "could not tag the new lease table");
+            }
+            Ok(true)
+        }
+        // Another worker or operator created it between a describe and this create.
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => Ok(false),
+        Err(e) => Err(classify(e, Request { table, key: None, operation: "create table" })),
+    }
+}
+
+/// Creates the lease table (on-demand, with `tags`) unless it exists, then waits up to `wait` for it to
+/// be ACTIVE. True when this call created it.
 pub async fn ensure_table(client: &Client, table: &str, tags: &[(String, String)], wait: Duration) -> Result<bool> {
-    let request = |operation| Request { table, key: None, operation };
     let created = match describe_status(client, table).await? {
         Some(_) => false,
-        None => {
-            let definition = AttributeDefinition::builder()
-                .attribute_name(attr::LEASE_KEY)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(|e| invalid(table, e))?;
-            let key = KeySchemaElement::builder()
-                .attribute_name(attr::LEASE_KEY)
-                .key_type(KeyType::Hash)
-                .build()
-                .map_err(|e| invalid(table, e))?;
-            let tags = tags
-                .iter()
-                .map(|(k, v)| Tag::builder().key(k).value(v).build().map_err(|e| invalid(table, e)))
-                .collect::<Result<Vec<_>>>()?;
-            let created = client
-                .create_table()
-                .table_name(table)
-                .billing_mode(BillingMode::PayPerRequest)
-                .attribute_definitions(definition)
-                .key_schema(key)
-                .set_tags((!tags.is_empty()).then_some(tags))
-                .send()
-                .await;
-            match created {
-                Ok(_) => true,
-                // Another worker created it between our describe and our create.
-                Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => false,
-                Err(e) => return Err(classify(e, request("create table"))),
-            }
-        }
+        None => create_table(client, table, TableBilling::OnDemand, tags).await?,
     };
     let deadline = tokio::time::Instant::now() + wait;
     loop {

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
 """Side by side: the Java KCL MultiLangDaemon and leasehold-worker running the same amazon_kclpy sample.
 
-  kcl-bench.py java|worker [--records 20000] [--shards 4]
+  kcl-bench.py java|worker|both [--records 100000] [--shards 4] [--rounds 1]
 
 Creates a fresh stream (and lease table name) on the emulators, writes the records first, then starts the
 consumer and waits until the sample has logged every record (counted in the per-child stderr files that
-kcl-sample.sh writes). Samples utime+stime and RSS of the consumer's whole process tree (JVM or worker,
-plus the python children) every 100 ms. Prints one JSON line. Needs boto3, the emulators
-(tests/ground/emulators.sh start), tests/ground/kcl-java.sh install for `java`, and a release
-leasehold-worker (LEASEHOLD_WORKER_BIN) for `worker`.
+kcl-sample.sh writes). Both consumers start a child as soon as they hold a shard's lease, so the main
+figure is records/s from the first child's start to the last record: fetching and processing the backlog,
+without the consumers' different start-up. Samples utime+stime and RSS of the consumer's whole process
+tree (JVM or worker, plus the python children) and of the consumer process alone every 100 ms. Prints one
+JSON line per run; `both` alternates java and worker for --rounds rounds and prints the ratios of each
+round last. Needs boto3, the emulators (tests/ground/emulators.sh start), tests/ground/kcl-java.sh install
+for `java`, and a release leasehold-worker (LEASEHOLD_WORKER_BIN) for `worker`.
+
+The Java daemon runs with what it needs on the emulators: KCL 2.5.4 (KCL_VERSION), polling retrieval
+(kinesalite has no enhanced fan-out), the v1 credentials chain, CBOR off (kinesalite's CBOR answers to
+GetRecords break the SDK's parser) and its h2c proxy; KCL_BENCH_EXTRA_PROPERTIES adds properties.
 """
 import argparse, json, os, signal, subprocess, sys, tempfile, time, uuid
 import boto3
@@ -66,81 +73,87 @@ def count(d):
     return n
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("consumer", choices=["java", "worker"])
-    ap.add_argument("--records", type=int, default=20000)
-    ap.add_argument("--shards", type=int, default=4)
-    ap.add_argument("--timeout", type=float, default=600)
-    a = ap.parse_args()
-    kin_ep, ddb_ep = endpoints()
-    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
-    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
-    name = f"kclbench-{a.consumer}-{uuid.uuid4().hex[:8]}"
-    kinesis.create_stream(StreamName=name, ShardCount=a.shards)
-    kinesis.get_waiter("stream_exists").config.delay = 1
-    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
-    payload = b"x" * 100
-    for i in range(0, a.records, 500):
-        batch = [{"Data": payload, "PartitionKey": f"key-{j}"} for j in range(i, min(i + 500, a.records))]
-        r = kinesis.put_records(StreamName=name, Records=batch)
-        assert r["FailedRecordCount"] == 0, r
-    work = tempfile.mkdtemp(prefix=name + "-")
-    counts = os.path.join(work, "counts"); os.mkdir(counts)
-    env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
-               AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts)
-    child = os.path.join(HERE, "kcl-sample.sh")
-    if a.consumer == "java":
-        jars = subprocess.run([os.path.join(HERE, "kcl-java.sh"), "classpath"], capture_output=True, text=True, check=True).stdout.strip()
-        # The KCL's Kinesis client speaks only HTTP/2; kinesalite only HTTP/1.1: a translating proxy
-        # (its CPU is not counted: it stands in for the network).
-        port = kin_ep.rsplit(":", 1)[1]
-        proxy = subprocess.Popen(["node", os.path.join(HERE, "h2c-proxy.js"), "0", port], stdout=subprocess.PIPE, text=True)
-        kin_ep = "http://127.0.0.1:" + proxy.stdout.readline().strip()
-        props = os.path.join(work, "kcl.properties")
-        with open(props, "w") as f:
-            f.write(f"""executableName = {child}
+def java_command(work, name, kin_ep, ddb_ep, child):
+    """The MultiLangDaemon's command line and the h2c proxy it needs in front of kinesalite."""
+    os.environ.setdefault("KCL_VERSION", "2.5.4")
+    jars = subprocess.run([os.path.join(HERE, "kcl-java.sh"), "classpath"], capture_output=True, text=True, check=True).stdout.strip()
+    # The KCL's Kinesis client speaks only HTTP/2; kinesalite only HTTP/1.1: a translating proxy
+    # (its CPU is not counted: it stands in for the network).
+    port = kin_ep.rsplit(":", 1)[1]
+    proxy = subprocess.Popen(["node", os.path.join(HERE, "h2c-proxy.js"), "0", port], stdout=subprocess.PIPE, text=True)
+    kin_ep = "http://127.0.0.1:" + proxy.stdout.readline().strip()
+    props = os.path.join(work, "kcl.properties")
+    with open(props, "w") as f:
+        f.write(f"""executableName = {child}
 streamName = {name}
 applicationName = {name}
-{os.environ.get("KCL_BENCH_CREDENTIALS_KEY", "AwsCredentialsProvider")} = {os.environ.get("KCL_BENCH_CREDENTIALS", "DefaultCredentialsProvider")}
+AWSCredentialsProvider = DefaultAWSCredentialsProviderChain
 initialPositionInStream = TRIM_HORIZON
+retrievalMode = POLLING
 regionName = us-east-1
 kinesisEndpoint = {kin_ep}
 dynamoDBEndpoint = {ddb_ep}
 metricsLevel = NONE
 {os.environ.get('KCL_BENCH_EXTRA_PROPERTIES', '')}
 """)
-        cmd = ["java", *os.environ.get("KCL_BENCH_JAVA_OPTS", "").split(), "-cp", jars,
-               "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props]
-    else:
-        binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
-        cfg = os.path.join(work, "worker.yaml")
-        with open(cfg, "w") as f:
-            f.write(f"""streams: [{{name: {name}}}]
+    opts = ["-Daws.cborEnabled=false", *os.environ.get("KCL_BENCH_JAVA_OPTS", "").split()]
+    return ["java", *opts, "-cp", jars, "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props], proxy
+
+
+def worker_command(work, name, kin_ep, ddb_ep, child):
+    binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
+    cfg = os.path.join(work, "worker.yaml")
+    with open(cfg, "w") as f:
+        f.write(f"""streams: [{{name: {name}}}]
 aws: {{region: us-east-1, kinesisEndpoint: '{kin_ep}', dynamodbEndpoint: '{ddb_ep}'}}
 leaseTable: {{name: {name}}}
 startPosition: TRIM_HORIZON
 processor: {{multilang: {{command: ['{child}'], timeout: 60s}}}}
 ordering: shard
 """)
-        cmd = [binary, "--config", cfg, "--owner-id", "bench-1", "--metrics-addr", "127.0.0.1:0"]
-        env.setdefault("RUST_LOG", "info")
+    return [binary, "--config", cfg, "--owner-id", "bench-1", "--metrics-addr", "127.0.0.1:0"], None
+
+
+def run(consumer, records, shards, timeout):
+    kin_ep, ddb_ep = endpoints()
+    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
+    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
+    name = f"kclbench-{consumer}-{uuid.uuid4().hex[:8]}"
+    kinesis.create_stream(StreamName=name, ShardCount=shards)
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    payload = b"x" * 100
+    for i in range(0, records, 500):
+        batch = [{"Data": payload, "PartitionKey": f"key-{j}"} for j in range(i, min(i + 500, records))]
+        r = kinesis.put_records(StreamName=name, Records=batch)
+        assert r["FailedRecordCount"] == 0, r
+    work = tempfile.mkdtemp(prefix=name + "-")
+    counts = os.path.join(work, "counts"); os.mkdir(counts)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
+               AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts)
+    env.setdefault("RUST_LOG", "info")
+    child = os.path.join(HERE, "kcl-sample.sh")
+    command = java_command if consumer == "java" else worker_command
+    cmd, proxy = command(work, name, kin_ep, ddb_ep, child)
     log = open(os.path.join(work, "consumer.log"), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    cpu, peak, first, n = {}, 0, None, 0
+    cpu, own_cpu, peak, own_peak, first_child, first, n = {}, {}, 0, 0, None, None, 0
     while True:
         peak = max(peak, sample(tree(proc.pid), cpu))
+        own_peak = max(own_peak, sample([proc.pid], own_cpu))
         n = count(counts)
         now = time.monotonic()
+        # kcl-sample.sh's stderr file appears when a child starts.
+        if first_child is None and os.listdir(counts):
+            first_child = now
         if n and first is None:
             first = now
-        if n >= a.records or proc.poll() is not None or now - t0 > a.timeout:
+        if n >= records or proc.poll() is not None or now - t0 > timeout:
             break
         time.sleep(0.1)
     done = time.monotonic()
     peak = max(peak, sample(tree(proc.pid), cpu))
-    ok = n >= a.records
+    ok = n >= records
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
@@ -148,22 +161,50 @@ ordering: shard
         pass
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL); proc.wait()
-    if a.consumer == "java":
+    if proxy:
         proxy.terminate(); proxy.wait()
+    span = done - first_child if first_child else None
     result = {
-        "consumer": a.consumer, "ok": ok, "records": a.records, "shards": a.shards, "processed": n,
-        "startup_to_first_record_s": round(first - t0, 2) if first else None,
-        "first_to_last_s": round(done - first, 2) if first else None,
-        "records_per_s_first_to_last": round(n / (done - first), 1) if first and done > first else None,
+        "consumer": consumer, "ok": ok, "records": records, "shards": shards, "processed": n,
+        "start_to_first_child_s": round(first_child - t0, 2) if first_child else None,
+        "first_child_to_last_record_s": round(span, 2) if span else None,
+        "records_per_s": round(n / span, 1) if span else None,
+        "first_to_last_record_s": round(done - first, 2) if first else None,
         "wall_s_incl_startup": round(done - t0, 2),
-        "cpu_s_tree": round(sum(cpu.values()), 2), "processes_seen": len(cpu),
-        "peak_rss_mib_tree": round(peak / 2**20, 1), "log": log.name,
+        "cpu_s_tree": round(sum(cpu.values()), 2), "cpu_s_consumer": round(sum(own_cpu.values()), 2),
+        "processes_seen": len(cpu),
+        "peak_rss_mib_tree": round(peak / 2**20, 1), "peak_rss_mib_consumer": round(own_peak / 2**20, 1),
+        "log": log.name,
     }
-    print(json.dumps(result))
+    print(json.dumps(result), flush=True)
     if not ok:
         with open(log.name, "rb") as f:
             sys.stderr.write(f.read()[-6000:].decode(errors="replace"))
-        sys.exit(1)
+    return result
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("consumer", choices=["java", "worker", "both"])
+    ap.add_argument("--records", type=int, default=100000)
+    ap.add_argument("--shards", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=900)
+    a = ap.parse_args()
+    consumers = ["java", "worker"] if a.consumer == "both" else [a.consumer]
+    failed = False
+    for _ in range(a.rounds):
+        results = {c: run(c, a.records, a.shards, a.timeout) for c in consumers}
+        failed |= not all(r["ok"] for r in results.values())
+        if len(results) == 2 and not failed:
+            w, j = results["worker"], results["java"]
+            print(json.dumps({"worker_over_java": {
+                "records_per_s": round(w["records_per_s"] / j["records_per_s"], 2),
+                "cpu_s_tree": round(w["cpu_s_tree"] / j["cpu_s_tree"], 2),
+                "peak_rss_mib_tree": round(w["peak_rss_mib_tree"] / j["peak_rss_mib_tree"], 2),
+                "peak_rss_mib_consumer": round(w["peak_rss_mib_consumer"] / j["peak_rss_mib_consumer"], 2),
+            }}), flush=True)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

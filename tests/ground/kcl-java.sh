@@ -4,9 +4,10 @@
 #                         Central into $LEASEHOLD_CACHE/kcl-java/<version>/jars (idempotent); prints the dir
 #   kcl-java.sh classpath print the classpath ('<jars>/*')
 # KCL_VERSION picks the version. amazon_kclpy 3.2.0 names 3.5.3, but the Maven Central reachable here
-# serves amazon-kinesis-client-multilang only in 2.2.0, 2.5.4 and 3.1.3, so the default is 3.1.3.
+# serves amazon-kinesis-client-multilang only in 2.2.0, 2.5.4 and 3.1.3; 3.1.3 adds a lease-table GSI that dynalite
+# refuses, so the default is 2.5.4 (see docs/benchmarks.md).
 source "$(dirname "$0")/common.sh"
-KCL_VERSION="${KCL_VERSION:-3.1.3}"
+KCL_VERSION="${KCL_VERSION:-2.5.4}"
 BASE="$LEASEHOLD_CACHE/kcl-java/$KCL_VERSION"
 JARS="$BASE/jars"
 

@@ -124,3 +124,39 @@ async fn a_crashing_or_stalling_child_is_restarted_and_nothing_is_lost() {
     let logs = worker.stderr_text();
     assert!(logs.matches("multilang child failed; restarting it").count() >= 2, "{logs}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_child_is_started_and_initialized_as_soon_as_the_lease_is_held() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "mlinit", 2).await;
+    let dir = std::env::temp_dir().join(leasehold_testkit::unique_name("mlinit"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("child.py");
+    std::fs::write(
+        &script,
+        format!(
+            r#"import json, os, sys
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["action"] == "initialize":
+        with open(os.path.join({dir:?}, "initialized"), "a") as f:
+            f.write(msg["shardId"] + "\n")
+    sys.stdout.write(json.dumps({{"action": "status", "responseFor": msg["action"]}}) + "\n"); sys.stdout.flush()
+"#,
+            dir = dir.display().to_string()
+        ),
+    )
+    .unwrap();
+    let command = vec!["python3".to_string(), script.display().to_string()];
+    let config = config(&stream, None, "").replace("processor: {stdout: {}}\n", &multilang(&command, "10s"));
+    let _worker = spawn(&config, "mlinit-1");
+    // No record is ever written: like the KCL, the worker initializes a child per shard it holds.
+    let initialized = || {
+        let mut shards: Vec<String> =
+            std::fs::read_to_string(dir.join("initialized")).unwrap_or_default().lines().map(String::from).collect();
+        shards.sort();
+        shards
+    };
+    wait_for("a child initialized for each shard", Duration::from_secs(30), || initialized().len() >= 2);
+    assert_eq!(initialized(), ["shardId-000000000000", "shardId-000000000001"]);
+}

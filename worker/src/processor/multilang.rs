@@ -2,6 +2,9 @@
 //! protocol (JSON lines on stdin/stdout), so existing KCL record processors (amazon_kclpy, aws-kcl for
 //! Node) run unchanged, without a JVM.
 //!
+//! The child is started, and sent `initialize`, as soon as the worker holds the shard's lease (as the KCL
+//! does), in the background so a slow child never delays taking other leases.
+//!
 //! Messages sent: `initialize`, `processRecords` (one record per message, since the worker hands
 //! records over one by one), `shutdownRequested` (graceful revoke), `leaseLost`, `shardEnded`. The child
 //! answers each with `{"action":"status","responseFor":...}` and may send `checkpoint` requests in
@@ -34,10 +37,10 @@ struct Session {
 
 /// Runs a MultiLangDaemon-protocol child per shard.
 pub struct MultilangProcessor {
-    command: Vec<String>,
+    command: Arc<[String]>,
     timeout: Duration,
     sessions: std::sync::Mutex<HashMap<LeaseKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
-    checkpoint_requests: AtomicU64,
+    checkpoint_requests: Arc<AtomicU64>,
     restarts: AtomicU64,
 }
 
@@ -131,10 +134,10 @@ impl MultilangProcessor {
     /// Runs `command` per shard; a child that does not answer within `timeout` is restarted.
     pub fn new(command: Vec<String>, timeout: Duration) -> Self {
         Self {
-            command,
+            command: command.into(),
             timeout,
             sessions: std::sync::Mutex::default(),
-            checkpoint_requests: AtomicU64::new(0),
+            checkpoint_requests: Arc::default(),
             restarts: AtomicU64::new(0),
         }
     }
@@ -207,6 +210,24 @@ impl RecordProcessor for MultilangProcessor {
             }
         }
         result
+    }
+
+    async fn shard_assigned(&self, shard: &LeaseKey) {
+        let slot = self.slot(shard);
+        let (command, timeout, requests, key) =
+            (self.command.clone(), self.timeout, self.checkpoint_requests.clone(), shard.clone());
+        // A child that is finished before it started is dropped with its slot (kill_on_drop).
+        tokio::spawn(async move {
+            let mut session = slot.lock().await;
+            if session.is_none() {
+                match Session::start(&command, &key, timeout, &requests).await {
+                    Ok(started) => *session = Some(started),
+                    Err(e) => {
+                        tracing::warn!(shard = %key, error = %e, "multilang child did not start; retried with the first record")
+                    }
+                }
+            }
+        });
     }
 
     async fn shard_revoked(&self, shard: &LeaseKey) {

@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries crds demo-workers test lint unit emulators emulators-stop control-plane control-plane-stop bench demo fmt
+.PHONY: check-binaries crds demo-workers test lint unit emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane lint
@@ -35,6 +35,11 @@ bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench processors
 	cargo bench -p leasehold-worker --bench dispatch
 	cargo bench -p leasehold-operator --bench consumers
+	$(MAKE) bench-kcl
+
+## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample, same backlog).
+bench-kcl: emulators
+	$(GROUND)/kcl-bench.sh both --records 100000
 
 ## The whole loop, narrated: control plane, emulators, the operator, worker pods run as processes;
 ## apply a consumer, process records, kill a worker and watch its shards move, delete, clean up.

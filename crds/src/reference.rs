@@ -18,6 +18,14 @@ fn constraints(schema: &Value) -> String {
         let values: Vec<String> = values.iter().filter_map(Value::as_str).map(|v| format!("`{v}`")).collect();
         notes.push(format!("one of {}", values.join(", ")));
     }
+    // The schema writes bounds as floats (`1.0`); an integer field reads better without the `.0`.
+    let bound = |name: &str| schema.get(name).and_then(Value::as_f64).map(|b| format!("{b}"));
+    match (bound("minimum"), bound("maximum")) {
+        (Some(min), Some(max)) => notes.push(format!("{min} to {max}")),
+        (Some(min), None) => notes.push(format!("at least {min}")),
+        (None, Some(max)) => notes.push(format!("at most {max}")),
+        (None, None) => {}
+    }
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
         notes.push(format!("matches `{pattern}`"));
     }

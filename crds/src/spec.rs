@@ -274,6 +274,25 @@ pub struct HttpProcessor {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
     pub timeout: Option<String>,
+    /// Send records in batches (CloudEvents batched mode) instead of one request per record. Default:
+    /// one record per request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<HttpBatch>,
+}
+
+/// Batching for the http processor: records being processed at once (across the worker's shards) are
+/// sent together, one JSON array per request.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HttpBatch {
+    /// Most records per request (1-500; 1 sends one record per request, without batching). Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 500))]
+    pub max_records: Option<i32>,
+    /// How long the first record of a batch waits for more before the batch is sent anyway. Default 5ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    pub max_delay: Option<String>,
 }
 
 /// The multilang processor.

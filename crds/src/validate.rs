@@ -44,6 +44,8 @@ pub struct ResolvedDurations {
     pub retry_backoff: Duration,
     /// `processor.http.timeout` (default 5 s).
     pub http_timeout: Duration,
+    /// `processor.http.batch.maxDelay` (default 5 ms).
+    pub http_batch_max_delay: Duration,
     /// `processor.multilang.timeout` (default 60 s).
     pub multilang_timeout: Duration,
 }
@@ -64,6 +66,10 @@ fn duration(errors: &mut Vec<FieldError>, field: &str, value: Option<&String>, d
         },
     }
 }
+
+/// The most records one http request may carry (`processor.http.batch.maxRecords`); the CRD schema
+/// says the same.
+pub const MAX_HTTP_BATCH: i32 = 500;
 
 /// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_table_name(name: &str) -> bool {
@@ -154,6 +160,12 @@ impl StreamConsumerSpec {
                 self.processor.http.as_ref().and_then(|h| h.timeout.as_ref()),
                 Duration::from_secs(5),
             ),
+            http_batch_max_delay: duration(
+                &mut errors,
+                "spec.processor.http.batch.maxDelay",
+                self.processor.http.as_ref().and_then(|h| h.batch.as_ref()).and_then(|b| b.max_delay.as_ref()),
+                Duration::from_millis(5),
+            ),
             multilang_timeout: duration(
                 &mut errors,
                 "spec.processor.multilang.timeout",
@@ -230,6 +242,14 @@ impl StreamConsumerSpec {
             && multilang.command.is_empty()
         {
             errors.push(FieldError::new("spec.processor.multilang.command", "must not be empty"));
+        }
+        if let Some(max) = p.http.as_ref().and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records)
+            && !(1..=MAX_HTTP_BATCH).contains(&max)
+        {
+            errors.push(FieldError::new(
+                "spec.processor.http.batch.maxRecords",
+                format!("must be between 1 and {MAX_HTTP_BATCH} ({max} given)"),
+            ));
         }
     }
 
@@ -337,6 +357,16 @@ mod tests {
             vec!["spec.workers.autoscaling.minReplicas"]
         );
         assert_eq!(fields(&format!("{base}assignment: {{shards: [nocolon]}}")), vec!["spec.assignment.shards[0]"]);
+        let http = |batch: &str| format!("streams: [{{name: a}}]\nprocessor: {{http: {{url: x, batch: {batch}}}}}");
+        assert_eq!(fields(&http("{maxRecords: 0}")), vec!["spec.processor.http.batch.maxRecords"]);
+        assert_eq!(fields(&http("{maxRecords: 501}")), vec!["spec.processor.http.batch.maxRecords"]);
+        assert_eq!(fields(&http("{maxDelay: soon}")), vec!["spec.processor.http.batch.maxDelay"]);
+    }
+
+    #[test]
+    fn http_batching_defaults_to_a_5ms_linger() {
+        let spec = spec("streams: [{name: a}]\nprocessor: {http: {url: x, batch: {maxRecords: 500}}}");
+        assert_eq!(spec.validate().expect("valid").http_batch_max_delay, Duration::from_millis(5));
     }
 
     #[test]

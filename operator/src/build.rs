@@ -274,6 +274,16 @@ mod tests {
     }
 
     #[test]
+    fn the_worker_config_keeps_the_http_batch_settings() {
+        let c = consumer(
+            "streams: [{name: orders}]\nprocessor: {http: {url: 'http://localhost:8080/', \
+             batch: {maxRecords: 50, maxDelay: 10ms}}}\n",
+        );
+        let parsed: StreamConsumerSpec = serde_yaml_ng::from_str(&worker_config(&c.spec).unwrap()).expect("parses");
+        assert_eq!(parsed.processor, c.spec.processor, "the worker sees the batch settings as written");
+    }
+
+    #[test]
     fn deployment_runs_the_worker_with_its_config_and_owner() {
         let c = consumer(BASE);
         let d = deployment(&c, 2, "leasehold/worker:1", "abc");

@@ -129,7 +129,9 @@ def run(consumer, records, shards, timeout):
     work = tempfile.mkdtemp(prefix=name + "-")
     counts = os.path.join(work, "counts"); os.mkdir(counts)
     env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
-               AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts)
+               AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts,
+               # One interpreter, resolved once: a pyenv shim would add its own processes to the CPU figures.
+               KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
     env.setdefault("RUST_LOG", "info")
     child = os.path.join(HERE, "kcl-sample.sh")
     command = java_command if consumer == "java" else worker_command

@@ -7,4 +7,4 @@
 KCLPY="${KCLPY:-$HOME/.cache/leasehold/kclpy/amazon_kclpy-3.2.0}"
 export PYTHONPATH="$KCLPY${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONUNBUFFERED=1  # count records as written, not when an 8 KiB buffer fills
-exec python3 "$KCLPY/samples/sample_kclpy_app.py" 2>>"${KCL_BENCH_COUNT_DIR:?}/$$.err"
+exec "${KCL_BENCH_PYTHON:-python3}" "$KCLPY/samples/sample_kclpy_app.py" 2>>"${KCL_BENCH_COUNT_DIR:?}/$$.err"

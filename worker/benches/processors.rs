@@ -1,6 +1,6 @@
-//! Processor and footprint benchmarks: the http processor against a local server (records/s and
-//! per-record latency), and a worker process's resident memory while holding 100 leases. Run with
-//! `make bench`.
+//! Processor and footprint benchmarks: the http processor against a local server, one record per
+//! request and in batches (records/s and per-record latency), and a worker process's resident memory
+//! while holding 100 leases. Run with `make bench`.
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -12,7 +12,7 @@ use axum::Router;
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_testkit::process::wait_for;
-use leasehold_worker::processor::{HttpProcessor, Record, RecordProcessor};
+use leasehold_worker::processor::{HttpBatching, HttpProcessor, Record, RecordProcessor};
 
 const HTTP_RECORDS: usize = 20_000;
 
@@ -46,23 +46,40 @@ async fn http_run(processor: Arc<HttpProcessor>, concurrency: usize) -> (f64, Du
     (rate, latencies[latencies.len() / 2], latencies[latencies.len() * 99 / 100])
 }
 
-#[tokio::main]
-async fn main() {
-    let server = leasehold_testkit::server::LocalServer::start(Router::new().fallback(|| async { "" })).await;
+/// The http rows: unbatched, then batched (`maxRecords`, 5 ms linger), against a server answering 200
+/// after `delay` (none: at once), each row a fresh processor.
+async fn http_table(delay: Duration) {
+    let app = Router::new().fallback(move || async move {
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        ""
+    });
+    let server = leasehold_testkit::server::LocalServer::start(app).await;
     let url = format!("{}/records", server.endpoint());
-    let processor = Arc::new(HttpProcessor::new(&url, Duration::from_secs(5)).expect("processor"));
-    println!("## Processors and footprint\n");
+    let answering = if delay.is_zero() { "at once".to_string() } else { format!("after {delay:?}") };
     println!(
-        "| http processor, local server answering 200, {HTTP_RECORDS} records | records/s | p50 | p99 |\n|---|---|---|---|"
+        "\n| http processor, local server answering 200 {answering}, {HTTP_RECORDS} records | in flight | records/s | p50 | p99 |\n|---|---|---|---|---|"
     );
-    for concurrency in [1, 8, 32] {
-        let (rate, p50, p99) = http_run(processor.clone(), concurrency).await;
+    let rows: &[(usize, usize)] = &[(1, 1), (1, 8), (1, 32), (32, 32), (50, 32), (50, 256)];
+    for &(max_records, concurrency) in rows {
+        let batching = HttpBatching { max_records, max_delay: Duration::from_millis(5) };
+        let processor = HttpProcessor::new(&url, Duration::from_secs(5)).expect("processor").with_batching(batching);
+        let (rate, p50, p99) = http_run(Arc::new(processor), concurrency).await;
+        let batch = if max_records == 1 { "unbatched".to_string() } else { format!("batches of up to {max_records}") };
         println!(
-            "| {concurrency} in flight | {rate:.0} | {:.2} ms | {:.2} ms |",
+            "| {batch} | {concurrency} | {rate:.0} | {:.2} ms | {:.2} ms |",
             p50.as_secs_f64() * 1000.0,
             p99.as_secs_f64() * 1000.0
         );
     }
+}
+
+#[tokio::main]
+async fn main() {
+    println!("## Processors and footprint");
+    http_table(Duration::ZERO).await;
+    http_table(Duration::from_millis(1)).await;
 
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "bench-rss", 100).await;

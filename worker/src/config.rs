@@ -136,6 +136,26 @@ mod tests {
         assert!(err.to_string().contains("concurency"), "{err}");
         let err = parse("streamPattern: '('\nprocessor: {stdout: {}}").unwrap_err();
         assert!(err.to_string().contains("spec.streamPattern"), "{err}");
+        let err = parse("streams: [{name: orders}]\nprocessor: {http: {url: 'http://x/', batch: {maxRecords: 501}}}")
+            .unwrap_err();
+        assert!(err.to_string().contains("spec.processor.http.batch.maxRecords: must be between 1 and 500"), "{err}");
+        let err = parse("streams: [{name: orders}]\nprocessor: {http: {url: 'http://x/', batch: {maxRecord: 5}}}")
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("spec.processor.http.batch") && err.to_string().contains("maxRecord"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn http_batching_is_read() {
+        let config = parse(
+            "streams: [{name: orders}]\nprocessor: {http: {url: 'http://x/', batch: {maxRecords: 50, maxDelay: 20ms}}}",
+        )
+        .expect("valid");
+        let batch = config.spec.processor.http.as_ref().and_then(|h| h.batch.as_ref()).expect("batch");
+        assert_eq!(batch.max_records, Some(50));
+        assert_eq!(config.durations.http_batch_max_delay, std::time::Duration::from_millis(20));
     }
 
     #[test]

@@ -16,7 +16,9 @@ use crate::lease::{
     DynamoLeaseStore, LeaseError, LeaseSettings, LeaseStore, MemoryLeaseStore, ensure_table, unique_owner_id,
 };
 use crate::metrics::Metrics;
-use crate::processor::{HttpProcessor, HttpProcessorError, MultilangProcessor, RecordProcessor, StdoutProcessor};
+use crate::processor::{
+    HttpBatching, HttpProcessor, HttpProcessorError, MultilangProcessor, RecordProcessor, StdoutProcessor,
+};
 use crate::shard::ReaderSettings;
 
 /// Why a worker could not run.
@@ -45,7 +47,16 @@ pub fn processor(config: &WorkerConfig, owner: &str) -> Result<Arc<dyn RecordPro
         return Ok(Arc::new(StdoutProcessor::new(owner)));
     }
     if let Some(http) = &spec.http {
-        return Ok(Arc::new(HttpProcessor::new(&http.url, config.durations.http_timeout)?));
+        let batching = HttpBatching {
+            max_records: http
+                .batch
+                .as_ref()
+                .and_then(|b| b.max_records)
+                .and_then(|n| usize::try_from(n).ok())
+                .unwrap_or(1),
+            max_delay: config.durations.http_batch_max_delay,
+        };
+        return Ok(Arc::new(HttpProcessor::new(&http.url, config.durations.http_timeout)?.with_batching(batching)));
     }
     match &spec.multilang {
         Some(multilang) => {

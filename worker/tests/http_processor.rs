@@ -1,5 +1,8 @@
 //! The `http` processor against a local server that fails some requests: the CloudEvents headers, how
-//! each answer is classified, and a worker process delivering a stream through it.
+//! each answer is classified, and a worker process delivering a stream through it; then the same with
+//! batching: batches fill from concurrent calls, per-event failures and failing batches are retried
+//! with nothing lost, 4xx follow the policy, outputs reach their event, and a worker delivers a stream
+//! in batches.
 
 mod common;
 
@@ -15,7 +18,9 @@ use axum::routing::post;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
-use leasehold_worker::processor::{HttpProcessor, Record, RecordProcessor};
+use leasehold_worker::processor::{
+    BATCH_CONTENT_TYPE, HttpBatching, HttpProcessor, Outputs, ProcessError, Record, RecordProcessor,
+};
 
 /// One request the server saw, and what it answered.
 #[derive(Debug, Clone)]
@@ -49,6 +54,48 @@ fn record(data: &'static str) -> Record {
         partition_key: "customer 7/é".into(),
         data: bytes::Bytes::from_static(data.as_bytes()),
         arrival_ms: Some(1_700_000_000_123),
+    }
+}
+
+/// Writes keys `key-0` to `key-7`, records 0 to 9 each, to a fresh 2-shard stream, and runs a worker over
+/// it with `processor.http` = `http` (`ordering: key`, `concurrency: 4`, `max_attempts` 10 ms apart,
+/// then skip) until `acknowledged()` counts every record but `key-1:4`, which the server refuses, and
+/// the worker has skipped that one.
+async fn run_http_worker(
+    prefix: &str,
+    http: &str,
+    max_attempts: u32,
+    acknowledged: impl Fn() -> usize,
+) -> leasehold_testkit::process::WorkerProcess {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, prefix, 2).await;
+    let written = records(8, 0, 10);
+    put_records(&kinesis, &stream, &written).await;
+    let table = leasehold_testkit::unique_name(prefix);
+    let config = config(
+        &stream,
+        Some(&table),
+        &format!(
+            "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 4\n\
+             retry: {{maxAttempts: {max_attempts}, backoff: 10ms, onExhausted: skip}}\n"
+        ),
+    )
+    .replace("processor: {stdout: {}}", &format!("processor: {{http: {http}}}"));
+    let worker = spawn(&config, &format!("{prefix}-1"));
+    wait_for("every record but one acknowledged", Duration::from_secs(60), || acknowledged() >= written.len() - 1);
+    wait_for("the refused record skipped", Duration::from_secs(10), || {
+        worker.stderr_text().contains("record skipped after its attempts ran out")
+    });
+    worker
+}
+
+/// Each key's acknowledged records (`key-k:n` data, by partition key) are all of them but `key-1:4`,
+/// once each, in order.
+fn assert_acknowledged_once_in_key_order(per_key: &HashMap<String, Vec<String>>) {
+    for k in 0..8 {
+        let key = format!("key-{k}");
+        let expected: Vec<String> = (0..10).map(|n| format!("{key}:{n}")).filter(|d| d != "key-1:4").collect();
+        assert_eq!(per_key[&key], expected, "{key}: acknowledged once each, in order");
     }
 }
 
@@ -127,36 +174,322 @@ async fn a_worker_delivers_a_stream_through_a_failing_server_in_key_order() {
         )
         .with_state(log.clone());
     let base = serve(router).await;
-    let kinesis = leasehold_testkit::kinesis_client().await;
-    let stream = leasehold_testkit::create_stream(&kinesis, "http", 2).await;
-    let written = records(8, 0, 10);
-    put_records(&kinesis, &stream, &written).await;
-    let table = leasehold_testkit::unique_name("http");
-    let config = config(
-        &stream,
-        Some(&table),
-        "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 4\n\
-         retry: {maxAttempts: 3, backoff: 10ms, onExhausted: skip}\n",
-    )
-    .replace("processor: {stdout: {}}", &format!("processor: {{http: {{url: '{base}/records', timeout: 2s}}}}"));
-    let worker = spawn(&config, "http-1");
+    let http = format!("{{url: '{base}/records', timeout: 2s}}");
     let acknowledged = || log.lock().unwrap().iter().filter(|s| s.status.is_success()).count();
-    wait_for("every record but one acknowledged", Duration::from_secs(60), || acknowledged() >= written.len() - 1);
-    wait_for("the rejected record skipped", Duration::from_secs(10), || {
-        worker.stderr_text().contains("record skipped after its attempts ran out")
-    });
+    let _worker = run_http_worker("http", &http, 3, acknowledged).await;
     let seen = log.lock().unwrap().clone();
     let mut per_key: HashMap<String, Vec<String>> = HashMap::new();
     for s in seen.iter().filter(|s| s.status.is_success()) {
         per_key.entry(s.headers["ce-partitionkey"].clone()).or_default().push(s.body.clone());
     }
-    for k in 0..8 {
-        let key = format!("key-{k}");
-        let expected: Vec<String> = (0..10).map(|n| format!("{key}:{n}")).filter(|d| d != "key-1:4").collect();
-        assert_eq!(per_key[&key], expected, "{key}: acknowledged once each, in order");
-    }
+    assert_acknowledged_once_in_key_order(&per_key);
     let unavailable = seen.iter().filter(|s| s.status == StatusCode::SERVICE_UNAVAILABLE).count();
     assert_eq!(unavailable, 8 * 4, "the first attempt of every record numbered 0, 3, 6, 9 failed and was retried");
     let rejected = seen.iter().filter(|s| s.body == "key-1:4").count();
     assert_eq!(rejected, 1, "a 400 is not retried: the policy (skip) applies at once");
+}
+
+/// One batch the server saw: its events, what it answered, and the ids it reported failed.
+#[derive(Debug, Clone)]
+struct SeenBatch {
+    content_type: String,
+    events: Vec<serde_json::Value>,
+    status: StatusCode,
+    failed: Vec<String>,
+}
+
+impl SeenBatch {
+    fn ids(&self) -> Vec<String> {
+        self.events.iter().map(|e| e["id"].as_str().unwrap_or_default().to_string()).collect()
+    }
+
+    /// The events this answer acknowledged: all of a 2xx batch but the failed ones.
+    fn acknowledged(&self) -> Vec<serde_json::Value> {
+        let ok = |e: &&serde_json::Value| !self.failed.iter().any(|f| e["id"] == **f);
+        if self.status.is_success() { self.events.iter().filter(ok).cloned().collect() } else { Vec::new() }
+    }
+
+    /// An event's data, decoded.
+    fn data(event: &serde_json::Value) -> String {
+        let data = base64::engine::general_purpose::STANDARD.decode(event["data_base64"].as_str().unwrap()).unwrap();
+        String::from_utf8(data).unwrap()
+    }
+}
+
+type Batches = Arc<Mutex<Vec<SeenBatch>>>;
+
+/// How the batch server answers: given the request's number (from 0), its events and every batch seen
+/// before, a status and a JSON body.
+type Answer = Arc<dyn Fn(usize, &[serde_json::Value], &[SeenBatch]) -> (StatusCode, serde_json::Value) + Send + Sync>;
+
+/// A local server taking batches at `/batch`, answering with `answer` and remembering each batch.
+async fn batch_server(answer: Answer) -> (leasehold_testkit::server::LocalServer, Batches) {
+    let batches: Batches = Arc::default();
+    let seen = batches.clone();
+    let router = Router::new().route(
+        "/batch",
+        post(move |headers: HeaderMap, body: Bytes| {
+            let (answer, seen) = (answer.clone(), seen.clone());
+            async move {
+                let events: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of events");
+                let mut seen = seen.lock().unwrap();
+                let (status, reply) = answer(seen.len(), &events, &seen);
+                let failed = reply["failed"].as_array().into_iter().flatten();
+                seen.push(SeenBatch {
+                    content_type: headers["content-type"].to_str().unwrap().to_string(),
+                    failed: failed.map(|f| f["id"].as_str().unwrap().to_string()).collect(),
+                    events,
+                    status,
+                });
+                (status, reply.to_string())
+            }
+        }),
+    );
+    let server = leasehold_testkit::server::LocalServer::start(router).await;
+    (server, batches)
+}
+
+fn batched(server: &leasehold_testkit::server::LocalServer, max_records: usize) -> Arc<HttpProcessor> {
+    let processor = HttpProcessor::new(&format!("{}/batch", server.endpoint()), Duration::from_secs(2)).unwrap();
+    Arc::new(processor.with_batching(HttpBatching { max_records, max_delay: Duration::from_millis(50) }))
+}
+
+fn numbered(n: usize) -> Record {
+    Record {
+        stream: Arc::from("orders"),
+        shard_id: Arc::from(format!("shardId-{:012}", n % 4)),
+        sequence_number: format!("{:056}", n),
+        partition_key: format!("key-{}", n % 16),
+        data: bytes::Bytes::from(format!("record {n}")),
+        arrival_ms: Some(1_700_000_000_000),
+    }
+}
+
+fn id(record: &Record) -> String {
+    format!("{}-{}", record.shard_id, record.sequence_number)
+}
+
+/// Processes `records` with `in_flight` calls at once, as the dispatcher does; each record is retried
+/// (up to 20 attempts, 10 ms apart) while its error is retryable. Returns each record's last result and
+/// how many attempts failed.
+async fn deliver(
+    processor: Arc<HttpProcessor>,
+    records: &[Record],
+    in_flight: usize,
+) -> (Vec<Result<(), ProcessError>>, usize) {
+    use futures::StreamExt;
+    let failures = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let results = futures::stream::iter(records.iter().cloned())
+        .map(|record| {
+            let (processor, failures) = (processor.clone(), failures.clone());
+            async move {
+                let mut result = processor.process(&record).await;
+                for _ in 1..20 {
+                    match &result {
+                        Err(e) if e.retryable => {
+                            failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                            result = processor.process(&record).await;
+                        }
+                        _ => break,
+                    }
+                }
+                result
+            }
+        })
+        .buffered(in_flight)
+        .collect()
+        .await;
+    (results, failures.load(std::sync::atomic::Ordering::SeqCst))
+}
+
+/// Every event acknowledged over all batches, by id, with how often.
+fn acknowledged_counts(batches: &[SeenBatch]) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for event in batches.iter().flat_map(SeenBatch::acknowledged) {
+        *counts.entry(event["id"].as_str().unwrap().to_string()).or_default() += 1;
+    }
+    counts
+}
+
+use base64::Engine;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_records_go_out_in_batches_and_each_is_acknowledged_once() {
+    let (server, batches) = batch_server(Arc::new(|_, _, _| (StatusCode::OK, serde_json::Value::Null))).await;
+    let records: Vec<Record> = (0..400).map(numbered).collect();
+    let (results, failures) = deliver(batched(&server, 16), &records, 32).await;
+    assert!(results.iter().all(Result::is_ok) && failures == 0, "{results:?}");
+
+    let batches = batches.lock().unwrap().clone();
+    let sizes: Vec<usize> = batches.iter().map(|b| b.events.len()).collect();
+    assert!(sizes.iter().all(|n| (1..=16).contains(n)), "at most maxRecords per batch: {sizes:?}");
+    assert!(
+        sizes.iter().filter(|n| **n == 16).count() >= sizes.len() / 2,
+        "32 in flight fill batches of 16: {sizes:?}"
+    );
+    assert!(batches.iter().all(|b| b.content_type == BATCH_CONTENT_TYPE));
+    let counts = acknowledged_counts(&batches);
+    assert_eq!(counts.len(), records.len(), "every record sent");
+    assert!(counts.values().all(|n| *n == 1), "each record acknowledged exactly once");
+
+    let event = batches.iter().flat_map(|b| b.events.iter()).find(|e| e["id"] == id(&records[5])).unwrap();
+    assert_eq!(event["specversion"], "1.0");
+    assert_eq!(event["type"], "io.leasehold.kinesis.record");
+    assert_eq!(event["source"], "kinesis:orders");
+    assert_eq!(event["partitionkey"], "key-5");
+    assert_eq!(event["shardid"], "shardId-000000000001");
+    assert_eq!(event["sequencenumber"], records[5].sequence_number.as_str());
+    assert_eq!(event["time"], "2023-11-14T22:13:20.000Z");
+    assert_eq!(SeenBatch::data(event), "record 5", "data_base64 holds the raw data");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_events_and_failing_batches_are_retried_until_every_record_is_delivered() {
+    // Every third batch answers 503; in the others, each event whose number is a multiple of 4 fails the
+    // first time it is answered 2xx.
+    let answer: Answer = Arc::new(|n, events, before| {
+        if n % 3 == 0 {
+            return (StatusCode::SERVICE_UNAVAILABLE, serde_json::Value::Null);
+        }
+        let failed: Vec<serde_json::Value> = events
+            .iter()
+            .filter(|e| {
+                let number: usize = SeenBatch::data(e).trim_start_matches("record ").parse().unwrap();
+                let answered = before.iter().filter(|b| b.status.is_success()).flat_map(SeenBatch::ids);
+                number.is_multiple_of(4)
+                    && !answered.collect::<Vec<_>>().contains(&e["id"].as_str().unwrap().to_string())
+            })
+            .map(|e| serde_json::json!({"id": e["id"], "error": "not yet"}))
+            .collect();
+        (StatusCode::OK, serde_json::json!({ "failed": failed }))
+    });
+    let (server, batches) = batch_server(answer).await;
+    let records: Vec<Record> = (0..200).map(numbered).collect();
+    let (results, failures) = deliver(batched(&server, 8), &records, 32).await;
+    assert!(results.iter().all(Result::is_ok), "every record delivered in the end: {results:?}");
+
+    let batches = batches.lock().unwrap().clone();
+    let unavailable = batches.iter().filter(|b| b.status == StatusCode::SERVICE_UNAVAILABLE).count();
+    let failed_events: usize = batches.iter().map(|b| b.failed.len()).sum();
+    assert!(unavailable > 0 && failed_events == 50, "503 batches: {unavailable}, failed events: {failed_events}");
+    let in_503: usize = batches.iter().filter(|b| !b.status.is_success()).map(|b| b.events.len()).sum();
+    assert_eq!(failures, in_503 + failed_events, "each failure reached its record's caller as retryable");
+    let counts = acknowledged_counts(&batches);
+    assert_eq!(counts.len(), records.len(), "nothing lost");
+    assert!(counts.values().all(|n| *n == 1), "each record acknowledged exactly once: {counts:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_errors_reject_the_whole_batch_and_failed_events_follow_their_flag() {
+    let records: Vec<Record> = (0..6).map(numbered).collect();
+    for (status, retryable) in [(StatusCode::UNPROCESSABLE_ENTITY, false), (StatusCode::TOO_MANY_REQUESTS, true)] {
+        let (server, batches) = batch_server(Arc::new(move |_, _, _| (status, serde_json::Value::Null))).await;
+        let processor = batched(&server, 6);
+        let results = futures::future::join_all(records.iter().map(|r| processor.process(r))).await;
+        for result in &results {
+            let error = result.as_ref().expect_err("the whole batch fails");
+            assert_eq!(error.retryable, retryable, "{status}: {error:?}");
+            assert!(error.message.contains(status.as_str()), "{error:?}");
+        }
+        assert_eq!(batches.lock().unwrap().len(), 1, "{status}: one request for the six records");
+    }
+
+    // A 2xx naming one event as failed, not retryable: only that record is rejected.
+    let rejected = id(&records[2]);
+    let answer: Answer = Arc::new(move |_, _, _| {
+        (StatusCode::OK, serde_json::json!({"failed": [{"id": rejected, "retryable": false, "error": "bad payload"}]}))
+    });
+    let (server, _batches) = batch_server(answer).await;
+    let processor = batched(&server, 6);
+    let results = futures::future::join_all(records.iter().map(|r| processor.process(r))).await;
+    for (n, result) in results.iter().enumerate() {
+        match n {
+            2 => {
+                assert!(result.as_ref().is_err_and(|e| !e.retryable && e.message.contains("bad payload")), "{result:?}")
+            }
+            _ => assert!(result.is_ok(), "{n}: {result:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_in_a_batch_answer_reach_the_event_they_name() {
+    // Each event gets two outputs: its id under its own key, and its data under a fixed key.
+    let answer: Answer = Arc::new(|_, events, _| {
+        let outputs: Vec<serde_json::Value> = events
+            .iter()
+            .flat_map(|e| {
+                let id = base64::engine::general_purpose::STANDARD.encode(e["id"].as_str().unwrap());
+                [
+                    serde_json::json!({"id": e["id"], "data": id, "carryPartitionKey": true}),
+                    serde_json::json!({"id": e["id"], "data": e["data_base64"], "partitionKey": "fixed"}),
+                ]
+            })
+            .collect();
+        (StatusCode::OK, serde_json::json!({ "outputs": outputs }))
+    });
+    let (server, batches) = batch_server(answer).await;
+    let processor = batched(&server, 8);
+    let records: Vec<Record> = (0..8).map(numbered).collect();
+    let emitted = futures::future::join_all(records.iter().map(|r| {
+        let processor = processor.clone();
+        async move {
+            let mut outputs = Outputs::default();
+            processor.process_emitting(r, &mut outputs).await.expect("acknowledged");
+            outputs.into_vec()
+        }
+    }))
+    .await;
+    assert!(batches.lock().unwrap().iter().any(|b| b.events.len() > 1), "sent in batches");
+    for (record, outputs) in records.iter().zip(emitted) {
+        assert_eq!(outputs.len(), 2, "{record:?}");
+        assert_eq!(outputs[0].data, id(record).into_bytes(), "the first output, in order");
+        assert_eq!(outputs[0].key(None), record.partition_key, "carries its own event's key");
+        assert_eq!(outputs[1].data, record.data);
+        assert_eq!(outputs[1].key(None), "fixed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_delivers_a_stream_in_batches_through_a_failing_server_in_key_order() {
+    // A batch made only of records never sent before answers 503 every other time; in a 2xx answer,
+    // records numbered 0, 3, 6, 9 fail (retryable) the first time, and key-1:4 is refused for good.
+    let answer: Answer = Arc::new(|n, events, before| {
+        let sent_before = |id: &serde_json::Value| before.iter().any(|b| b.events.iter().any(|e| e["id"] == *id));
+        if n % 2 == 0 && !events.iter().any(|e| sent_before(&e["id"])) {
+            return (StatusCode::SERVICE_UNAVAILABLE, serde_json::Value::Null);
+        }
+        let answered = |id: &serde_json::Value| {
+            before.iter().filter(|b| b.status.is_success()).any(|b| b.events.iter().any(|e| e["id"] == *id))
+        };
+        let mut failed = Vec::new();
+        for e in events {
+            let data = SeenBatch::data(e);
+            let number: u64 = data.rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            if data == "key-1:4" {
+                failed.push(serde_json::json!({"id": e["id"], "retryable": false, "error": "refused"}));
+            } else if number.is_multiple_of(3) && !answered(&e["id"]) {
+                failed.push(serde_json::json!({"id": e["id"]}));
+            }
+        }
+        (StatusCode::OK, serde_json::json!({ "failed": failed }))
+    });
+    let (server, batches) = batch_server(answer).await;
+    let http = format!("{{url: '{}/batch', timeout: 2s, batch: {{maxRecords: 8, maxDelay: 20ms}}}}", server.endpoint());
+    let acknowledged = || batches.lock().unwrap().iter().map(|b| b.acknowledged().len()).sum::<usize>();
+    let _worker = run_http_worker("http-batch", &http, 5, acknowledged).await;
+
+    let batches = batches.lock().unwrap().clone();
+    let mut per_key: HashMap<String, Vec<String>> = HashMap::new();
+    for event in batches.iter().flat_map(SeenBatch::acknowledged) {
+        per_key.entry(event["partitionkey"].as_str().unwrap().to_string()).or_default().push(SeenBatch::data(&event));
+    }
+    assert_acknowledged_once_in_key_order(&per_key);
+    assert!(batches.iter().any(|b| b.events.len() > 1), "records went out in batches");
+    assert!(batches.iter().any(|b| b.status == StatusCode::SERVICE_UNAVAILABLE), "some batches failed whole");
+    let refusals = batches.iter().flat_map(|b| &b.failed).filter(|id| {
+        batches.iter().flat_map(|b| &b.events).any(|e| e["id"] == **id && SeenBatch::data(e) == "key-1:4")
+    });
+    assert_eq!(refusals.count(), 1, "a refused event is not retried: the policy (skip) applies at once");
 }

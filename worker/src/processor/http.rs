@@ -18,7 +18,41 @@
 //! rejects this record: it is not retried and `retry.onExhausted` applies at once (with `block`, the
 //! default, it is still retried, so nothing is lost to a misconfigured URL). 1xx and 3xx (redirects are
 //! not followed) are retryable failures.
+//!
+//! # Batches
+//!
+//! With `batch.maxRecords` above 1 ([`HttpProcessor::with_batching`]), records being processed at the
+//! same time (up to `concurrency` per shard, over all the worker's shards) are sent together: each
+//! `process` call queues its record and waits; a batch is POSTed once `maxRecords` records are queued,
+//! or `maxDelay` after its first record was queued. The body is CloudEvents HTTP *batched* mode
+//! (`content-type: application/cloudevents-batch+json`): a JSON array of structured-mode events with
+//! the attributes above (`specversion`, `id`, `source`, `type`, `time`, `partitionkey`, `shardid`,
+//! `sequencenumber`, `datacontenttype: application/octet-stream`) and the raw data in `data_base64`.
+//!
+//! Batches only fill when records are in flight together: with `ordering: shard` a shard has one record
+//! in flight, so a batch gathers at most one record per shard; `ordering: key` or `none` with
+//! `concurrency` > 1 fills them faster. A batch that cannot fill waits `maxDelay`.
+//!
+//! The answer applies to every record of the batch: 5xx, 408, 429, timeouts and connection errors fail
+//! them all (retryable), another 4xx rejects them all (permanent), as above. A 2xx acknowledges every
+//! record, except those its JSON body names as failed:
+//!
+//! ```json
+//! {"failed":  [{"id": "<ce id>", "retryable": true, "error": "why"}],
+//!  "outputs": [{"id": "<ce id>", "data": "<base64>", "partitionKey": "k", "carryPartitionKey": true}]}
+//! ```
+//!
+//! Both lists are optional; so are `retryable` (default true), `error`, `partitionKey` and
+//! `carryPartitionKey`. An entry may add `source` where ids repeat across streams; without it, it names
+//! every event of the batch with that id. Outputs belong to the event they name (and carry its
+//! partition key), in the order given; a failed event's outputs are dropped (it is retried and answers
+//! again). A 2xx body that is not a JSON object acknowledges all with no outputs; a JSON answer that
+//! cannot be read (an entry naming no event of the batch, an output without base64 `data`) fails
+//! every record of the batch permanently.
 
+mod batch;
+
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,6 +66,8 @@ use hyper_util::rt::TokioExecutor;
 use base64::Engine;
 
 use super::{Output, Outputs, ProcessError, Record, RecordProcessor};
+use batch::Batcher;
+pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
 
 /// The `ce-type` of every record.
 pub const EVENT_TYPE: &str = "io.leasehold.kinesis.record";
@@ -47,12 +83,44 @@ pub enum HttpProcessorError {
     UnsupportedScheme(String),
 }
 
-/// POSTs each record to a URL, CloudEvents binary mode.
+/// POSTs each record to a URL, CloudEvents binary mode; or batches of records, CloudEvents batched mode
+/// (see [`with_batching`](Self::with_batching)).
 #[derive(Debug, Clone)]
 pub struct HttpProcessor {
+    endpoint: Endpoint,
+    batcher: Option<Arc<Batcher>>,
+}
+
+/// Where requests go and how long an exchange may take; shared by the per-record and batched paths.
+#[derive(Debug, Clone)]
+struct Endpoint {
     client: Client<HttpConnector, Full<Bytes>>,
     url: Uri,
     timeout: Duration,
+}
+
+impl Endpoint {
+    /// Sends `request` and reads the whole answer, within the timeout. Transport failures and the
+    /// timeout are retryable errors.
+    async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), ProcessError> {
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| ProcessError::retryable(format!("{e:?}")))?;
+            let status = response.status();
+            // Reading the answer to its end lets the connection be reused.
+            let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            Ok::<_, ProcessError>((status, body))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| ProcessError::retryable(format!("no answer within {:?}", self.timeout)))?
+    }
+
+    /// The error for a non-2xx answer: permanent for the 4xx that reject the request, else retryable.
+    fn failure(&self, status: StatusCode, body: &[u8]) -> ProcessError {
+        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+        let message = format!("{} answered {status}: {text}", self.url);
+        if rejects_record(status) { ProcessError::permanent(message) } else { ProcessError::retryable(message) }
+    }
 }
 
 impl HttpProcessor {
@@ -67,33 +135,61 @@ impl HttpProcessor {
         connector.set_nodelay(true);
         connector.set_connect_timeout(Some(timeout));
         let client = Client::builder(TokioExecutor::new()).build(connector);
-        Ok(Self { client, url, timeout })
+        Ok(Self { endpoint: Endpoint { client, url, timeout }, batcher: None })
     }
 
-    /// The request for `record`.
+    /// The same processor sending records in batches; `max_records` of 1 (or 0) keeps one record per
+    /// request. Each batch is one exchange bounded by the timeout.
+    pub fn with_batching(mut self, batching: HttpBatching) -> Self {
+        self.batcher = (batching.max_records > 1).then(|| Arc::new(Batcher::new(batching, self.endpoint.clone())));
+        self
+    }
+
+    /// The request for `record` (binary mode, one record).
     pub fn request(&self, record: &Record) -> Result<Request<Full<Bytes>>, ProcessError> {
         let mut request = Request::builder()
             .method(Method::POST)
-            .uri(self.url.clone())
+            .uri(self.endpoint.url.clone())
             .header(header::CONTENT_TYPE, "application/octet-stream")
             .header("ce-specversion", "1.0")
             .header("ce-type", EVENT_TYPE);
-        let headers = [
-            ("ce-id", format!("{}-{}", record.shard_id, record.sequence_number)),
-            ("ce-source", format!("kinesis:{}", record.stream)),
-            ("ce-partitionkey", record.partition_key.clone()),
-            ("ce-shardid", record.shard_id.to_string()),
-            ("ce-sequencenumber", record.sequence_number.clone()),
-        ];
-        for (name, value) in headers {
+        for (name, value) in attributes(record) {
             request = request.header(HeaderName::from_static(name), ce_value(&value)?);
         }
-        if let Some(ms) = record.arrival_ms.and_then(|ms| u64::try_from(ms).ok()) {
-            let time = std::time::UNIX_EPOCH + Duration::from_millis(ms);
-            request = request.header("ce-time", humantime::format_rfc3339_millis(time).to_string());
+        if let Some(time) = event_time(record) {
+            request = request.header("ce-time", time);
         }
         request.body(Full::new(record.data.clone())).map_err(|e| ProcessError::permanent(format!("request: {e}")))
     }
+}
+
+/// The CloudEvents id of `record`: `<shardId>-<sequenceNumber>`, unique within its stream.
+fn event_id(record: &Record) -> String {
+    format!("{}-{}", record.shard_id, record.sequence_number)
+}
+
+/// The CloudEvents source of `record`: `kinesis:<stream>`.
+fn event_source(record: &Record) -> String {
+    format!("kinesis:{}", record.stream)
+}
+
+/// The attributes that vary per record, as binary-mode header names; structured mode (batches) uses
+/// the same names without `ce-`, so both modes carry the same metadata.
+fn attributes(record: &Record) -> [(&'static str, String); 5] {
+    [
+        ("ce-id", event_id(record)),
+        ("ce-source", event_source(record)),
+        ("ce-partitionkey", record.partition_key.clone()),
+        ("ce-shardid", record.shard_id.to_string()),
+        ("ce-sequencenumber", record.sequence_number.clone()),
+    ]
+}
+
+/// The arrival time at Kinesis (RFC 3339, milliseconds), when known.
+fn event_time(record: &Record) -> Option<String> {
+    let ms = record.arrival_ms.and_then(|ms| u64::try_from(ms).ok())?;
+    let time = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    Some(humantime::format_rfc3339_millis(time).to_string())
 }
 
 /// A header value percent-encoded per the CloudEvents HTTP binding.
@@ -114,23 +210,24 @@ fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
 fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
     let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else { return Ok(Vec::new()) };
     let Some(items) = answer.get("outputs").and_then(|o| o.as_array()) else { return Ok(Vec::new()) };
-    let mut outputs = Vec::with_capacity(items.len());
-    for item in items {
-        let data = item
-            .get("data")
-            .and_then(|d| d.as_str())
-            .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
-            .ok_or_else(|| ProcessError::permanent("an output in the answer has no base64 `data`"))?;
-        let mut output = Output::new(data);
-        if let Some(key) = item.get("partitionKey").and_then(|k| k.as_str()) {
-            output = output.with_key(key);
-        }
-        if item.get("carryPartitionKey").and_then(|c| c.as_bool()) == Some(true) {
-            output = output.carrying_key_of(record);
-        }
-        outputs.push(output);
+    items.iter().map(|item| parse_output(item, record)).collect()
+}
+
+/// One entry of an answer's `outputs`, emitted while processing `record`.
+fn parse_output(item: &serde_json::Value, record: &Record) -> Result<Output, ProcessError> {
+    let data = item
+        .get("data")
+        .and_then(|d| d.as_str())
+        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
+        .ok_or_else(|| ProcessError::permanent("an output in the answer has no base64 `data`"))?;
+    let mut output = Output::new(data);
+    if let Some(key) = item.get("partitionKey").and_then(|k| k.as_str()) {
+        output = output.with_key(key);
     }
-    Ok(outputs)
+    if item.get("carryPartitionKey").and_then(|c| c.as_bool()) == Some(true) {
+        output = output.carrying_key_of(record);
+    }
+    Ok(output)
 }
 
 /// True for the 4xx answers that mean "this record is refused" rather than "try later".
@@ -145,30 +242,20 @@ impl RecordProcessor for HttpProcessor {
     }
 
     async fn process_emitting(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError> {
-        let request = self.request(record)?;
-        let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| ProcessError::retryable(format!("{e:?}")))?;
-            let status = response.status();
-            // Reading the answer to its end lets the connection be reused.
-            let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            Ok::<_, ProcessError>((status, body))
-        };
-        let (status, body) = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| ProcessError::retryable(format!("no answer within {:?}", self.timeout)))??;
-        if status.is_success() {
-            for output in parse_outputs(&body, record)? {
-                outputs.emit(output);
+        let emitted = match &self.batcher {
+            Some(batcher) => batcher.process(record).await?,
+            None => {
+                let (status, body) = self.endpoint.exchange(self.request(record)?).await?;
+                if !status.is_success() {
+                    return Err(self.endpoint.failure(status, &body));
+                }
+                parse_outputs(&body, record)?
             }
-            return Ok(());
+        };
+        for output in emitted {
+            outputs.emit(output);
         }
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        let message = format!("{} answered {status}: {text}", self.url);
-        if rejects_record(status) {
-            Err(ProcessError::permanent(message))
-        } else {
-            Err(ProcessError::retryable(message))
-        }
+        Ok(())
     }
 }
 

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use crate::lease::LeaseKey;
-pub use http::{EVENT_TYPE, HttpProcessor, HttpProcessorError};
+pub use http::{BATCH_CONTENT_TYPE, EVENT_TYPE, HttpBatching, HttpProcessor, HttpProcessorError};
 pub use multilang::MultilangProcessor;
 pub use output::{Output, Outputs};
 pub use stdout::StdoutProcessor;

@@ -39,7 +39,7 @@ bench: emulators control-plane
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample, same backlog).
 bench-kcl: emulators
-	$(GROUND)/kcl-bench.sh both --records 100000
+	$(GROUND)/kcl-bench.sh all --records 100000
 
 ## The whole loop, narrated: control plane, emulators, the operator, worker pods run as processes;
 ## apply a consumer, process records, kill a worker and watch its shards move, delete, clean up.

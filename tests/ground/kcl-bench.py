@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Side by side: the Java KCL MultiLangDaemon and leasehold-worker running the same amazon_kclpy sample.
 
-  kcl-bench.py java|worker|both [--records 100000] [--shards 4] [--rounds 1]
+  kcl-bench.py java|worker|worker-batched|both|all [--records 100000] [--shards 4] [--rounds 1]
 
 Creates a fresh stream (and lease table name) on the emulators, writes the records first, then starts the
 consumer and waits until the sample has logged every record (counted in the per-child stderr files that
@@ -9,13 +9,18 @@ kcl-sample.sh writes). Both consumers start a child as soon as they hold a shard
 figure is records/s from the first child's start to the last record: fetching and processing the backlog,
 without the consumers' different start-up. Samples utime+stime and RSS of the consumer's whole process
 tree (JVM or worker, plus the python children) and of the consumer process alone every 100 ms. Prints one
-JSON line per run; `both` alternates java and worker for --rounds rounds and prints the ratios of each
-round last. Needs boto3, the emulators (tests/ground/emulators.sh start), tests/ground/kcl-java.sh install
-for `java`, and a release leasehold-worker (LEASEHOLD_WORKER_BIN) for `worker`.
+JSON line per run; `both` alternates java and worker, `all` java, worker and worker-batched, for --rounds
+rounds, and prints each round's ratios (worker / java) last. Needs boto3, the emulators
+(tests/ground/emulators.sh start), tests/ground/kcl-java.sh install for `java`, and a release
+leasehold-worker (LEASEHOLD_WORKER_BIN) for the workers; kcl-bench.sh sets all that up.
 
 The Java daemon runs with what it needs on the emulators: KCL 2.5.4 (KCL_VERSION), polling retrieval
 (kinesalite has no enhanced fan-out), the v1 credentials chain, CBOR off (kinesalite's CBOR answers to
 GetRecords break the SDK's parser) and its h2c proxy; KCL_BENCH_EXTRA_PROPERTIES adds properties.
+`worker` runs `ordering: shard` (the KCL's guarantee: one record at a time per shard, so one record
+per message) and its default GetRecords limit, 1,000. `worker-batched` runs `ordering: key,
+concurrency: 500` (up to 500 waiting records of distinct keys per message) with the KCL's GetRecords
+limit, 10,000. KCL_BENCH_WORKER_CONCURRENCY and KCL_BENCH_WORKER_MAX_RECORDS override those.
 """
 import argparse, json, os, signal, subprocess, sys, tempfile, time, uuid
 import boto3
@@ -100,16 +105,21 @@ metricsLevel = NONE
     return ["java", *opts, "-cp", jars, "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props], proxy
 
 
-def worker_command(work, name, kin_ep, ddb_ep, child):
+def worker_command(work, name, kin_ep, ddb_ep, child, batched=False):
     binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
     cfg = os.path.join(work, "worker.yaml")
+    concurrency = os.environ.get("KCL_BENCH_WORKER_CONCURRENCY", "500" if batched else None)
+    ordering = f"ordering: key\nconcurrency: {concurrency}" if concurrency else "ordering: shard"
+    max_records = os.environ.get("KCL_BENCH_WORKER_MAX_RECORDS", "10000" if batched else None)
+    if max_records:
+        ordering += f"\nreader: {{maxRecords: {max_records}}}"
     with open(cfg, "w") as f:
         f.write(f"""streams: [{{name: {name}}}]
 aws: {{region: us-east-1, kinesisEndpoint: '{kin_ep}', dynamodbEndpoint: '{ddb_ep}'}}
 leaseTable: {{name: {name}}}
 startPosition: TRIM_HORIZON
 processor: {{multilang: {{command: ['{child}'], timeout: 60s}}}}
-ordering: shard
+{ordering}
 """)
     return [binary, "--config", cfg, "--owner-id", "bench-1", "--metrics-addr", "127.0.0.1:0"], None
 
@@ -134,8 +144,10 @@ def run(consumer, records, shards, timeout):
                KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
     env.setdefault("RUST_LOG", "info")
     child = os.path.join(HERE, "kcl-sample.sh")
-    command = java_command if consumer == "java" else worker_command
-    cmd, proxy = command(work, name, kin_ep, ddb_ep, child)
+    if consumer == "java":
+        cmd, proxy = java_command(work, name, kin_ep, ddb_ep, child)
+    else:
+        cmd, proxy = worker_command(work, name, kin_ep, ddb_ep, child, batched=consumer == "worker-batched")
     log = open(os.path.join(work, "consumer.log"), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -148,6 +160,7 @@ def run(consumer, records, shards, timeout):
         # kcl-sample.sh's stderr file appears when a child starts.
         if first_child is None and os.listdir(counts):
             first_child = now
+            cpu_at_first_child, own_cpu_at_first_child = sum(cpu.values()), sum(own_cpu.values())
         if n and first is None:
             first = now
         if n >= records or proc.poll() is not None or now - t0 > timeout:
@@ -155,6 +168,7 @@ def run(consumer, records, shards, timeout):
         time.sleep(0.1)
     done = time.monotonic()
     peak = max(peak, sample(tree(proc.pid), cpu))
+    own_peak = max(own_peak, sample([proc.pid], own_cpu))
     ok = n >= records
     try:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -174,6 +188,9 @@ def run(consumer, records, shards, timeout):
         "first_to_last_record_s": round(done - first, 2) if first else None,
         "wall_s_incl_startup": round(done - t0, 2),
         "cpu_s_tree": round(sum(cpu.values()), 2), "cpu_s_consumer": round(sum(own_cpu.values()), 2),
+        # From the first child's start to the last record: the backlog's cost without start-up.
+        "cpu_s_tree_backlog": round(sum(cpu.values()) - cpu_at_first_child, 2) if first_child else None,
+        "cpu_s_consumer_backlog": round(sum(own_cpu.values()) - own_cpu_at_first_child, 2) if first_child else None,
         "processes_seen": len(cpu),
         "peak_rss_mib_tree": round(peak / 2**20, 1), "peak_rss_mib_consumer": round(own_peak / 2**20, 1),
         "log": log.name,
@@ -187,25 +204,27 @@ def run(consumer, records, shards, timeout):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("consumer", choices=["java", "worker", "both"])
+    ap.add_argument("consumer", choices=["java", "worker", "worker-batched", "both", "all"])
     ap.add_argument("--records", type=int, default=100000)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args()
-    consumers = ["java", "worker"] if a.consumer == "both" else [a.consumer]
+    consumers = {"both": ["java", "worker"], "all": ["java", "worker", "worker-batched"]}.get(a.consumer, [a.consumer])
     failed = False
     for _ in range(a.rounds):
         results = {c: run(c, a.records, a.shards, a.timeout) for c in consumers}
         failed |= not all(r["ok"] for r in results.values())
-        if len(results) == 2 and not failed:
-            w, j = results["worker"], results["java"]
-            print(json.dumps({"worker_over_java": {
-                "records_per_s": round(w["records_per_s"] / j["records_per_s"], 2),
-                "cpu_s_tree": round(w["cpu_s_tree"] / j["cpu_s_tree"], 2),
-                "peak_rss_mib_tree": round(w["peak_rss_mib_tree"] / j["peak_rss_mib_tree"], 2),
-                "peak_rss_mib_consumer": round(w["peak_rss_mib_consumer"] / j["peak_rss_mib_consumer"], 2),
-            }}), flush=True)
+        if "java" in results and not failed:
+            j = results["java"]
+            for name, w in results.items():
+                if name == "java":
+                    continue
+                print(json.dumps({f"{name}_over_java": {
+                    key: round(w[key] / j[key], 2)
+                    for key in ["records_per_s", "cpu_s_tree", "cpu_s_tree_backlog", "cpu_s_consumer_backlog",
+                                "peak_rss_mib_tree", "peak_rss_mib_consumer"]
+                }}), flush=True)
     sys.exit(1 if failed else 0)
 
 

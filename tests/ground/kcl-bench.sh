@@ -2,7 +2,7 @@
 # The Java KCL MultiLangDaemon and leasehold-worker side by side on the emulators, running the same
 # unmodified amazon_kclpy sample on the same backlog (`make bench-kcl`). Installs what the comparison
 # needs into the cache (the KCL jars with Maven, amazon_kclpy, boto3 in a venv), builds the release
-# worker, then runs tests/ground/kcl-bench.py with the given arguments (default: both, 100,000 records).
+# worker, then runs tests/ground/kcl-bench.py with the given arguments (default: all, 100,000 records).
 source "$(dirname "$0")/common.sh"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 "$HERE/kclpy.sh" >/dev/null
@@ -16,5 +16,5 @@ fi
 log "building the release worker"
 cargo build --quiet --release -p leasehold-worker --bin leasehold-worker
 export LEASEHOLD_WORKER_BIN="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target}/release/leasehold-worker"
-[ $# -gt 0 ] || set -- both --records 100000
+[ $# -gt 0 ] || set -- all --records 100000
 exec "$VENV/bin/python" "$HERE/kcl-bench.py" "$@"

@@ -26,6 +26,22 @@ fn multilang(command: &[String], timeout: &str) -> String {
     format!("processor: {{multilang: {{command: [{}], timeout: {timeout}}}}}\n", quoted.join(", "))
 }
 
+/// A fresh directory for a child's markers and logs.
+fn scratch_dir(prefix: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(leasehold_testkit::unique_name(prefix));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes a python protocol child to `dir/name`: `body` runs with the usual modules imported and `DIR`
+/// naming `dir`, where it leaves its markers and logs.
+fn python_child(dir: &std::path::Path, name: &str, body: &str) -> PathBuf {
+    let script = dir.join(name);
+    let prelude = format!("import base64, json, os, sys, time\nDIR = {:?}\n", dir.display().to_string());
+    std::fs::write(&script, prelude + body).unwrap();
+    script
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
     let kinesis = leasehold_testkit::kinesis_client().await;
@@ -67,13 +83,10 @@ async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
 /// A protocol child that crashes on its first sight of record n=3 and stalls on its first sight of n=6
 /// (markers in `dir` remember it), and logs every record it completes to `dir/done`.
 fn flaky_child(dir: &std::path::Path) -> PathBuf {
-    let script = dir.join("flaky.py");
-    std::fs::write(
-        &script,
-        format!(
-            r#"import base64, json, os, sys, time
-DIR = {dir:?}
-def send(obj):
+    python_child(
+        dir,
+        "flaky.py",
+        r#"def send(obj):
     sys.stdout.write(json.dumps(obj) + "\n"); sys.stdout.flush()
 for line in sys.stdin:
     msg = json.loads(line)
@@ -90,23 +103,18 @@ for line in sys.stdin:
                     time.sleep(3600)
             with open(os.path.join(DIR, "done"), "a") as f:
                 f.write(base64.b64decode(r["data"]).decode() + "\n")
-        send({{"action": "checkpoint", "sequenceNumber": msg["records"][-1]["sequenceNumber"], "subSequenceNumber": 0}})
+        send({"action": "checkpoint", "sequenceNumber": msg["records"][-1]["sequenceNumber"], "subSequenceNumber": 0})
         json.loads(sys.stdin.readline())
-    send({{"action": "status", "responseFor": action}})
+    send({"action": "status", "responseFor": action})
 "#,
-            dir = dir.display().to_string()
-        ),
     )
-    .unwrap();
-    script
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crashing_or_stalling_child_is_restarted_and_nothing_is_lost() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "flaky", 1).await;
-    let dir = std::env::temp_dir().join(leasehold_testkit::unique_name("flaky"));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = scratch_dir("flaky");
     let command = vec!["python3".to_string(), flaky_child(&dir).display().to_string()];
     let extra = "startPosition: TRIM_HORIZON\nretry: {backoff: 100ms}\n";
     let config = config(&stream, None, extra).replace("processor: {stdout: {}}\n", &multilang(&command, "2s"));
@@ -129,24 +137,18 @@ async fn a_crashing_or_stalling_child_is_restarted_and_nothing_is_lost() {
 async fn a_child_is_started_and_initialized_as_soon_as_the_lease_is_held() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "mlinit", 2).await;
-    let dir = std::env::temp_dir().join(leasehold_testkit::unique_name("mlinit"));
-    std::fs::create_dir_all(&dir).unwrap();
-    let script = dir.join("child.py");
-    std::fs::write(
-        &script,
-        format!(
-            r#"import json, os, sys
-for line in sys.stdin:
+    let dir = scratch_dir("mlinit");
+    let script = python_child(
+        &dir,
+        "child.py",
+        r#"for line in sys.stdin:
     msg = json.loads(line)
     if msg["action"] == "initialize":
-        with open(os.path.join({dir:?}, "initialized"), "a") as f:
+        with open(os.path.join(DIR, "initialized"), "a") as f:
             f.write(msg["shardId"] + "\n")
-    sys.stdout.write(json.dumps({{"action": "status", "responseFor": msg["action"]}}) + "\n"); sys.stdout.flush()
+    sys.stdout.write(json.dumps({"action": "status", "responseFor": msg["action"]}) + "\n"); sys.stdout.flush()
 "#,
-            dir = dir.display().to_string()
-        ),
-    )
-    .unwrap();
+    );
     let command = vec!["python3".to_string(), script.display().to_string()];
     let config = config(&stream, None, "").replace("processor: {stdout: {}}\n", &multilang(&command, "10s"));
     let _worker = spawn(&config, "mlinit-1");
@@ -159,4 +161,60 @@ for line in sys.stdin:
     };
     wait_for("a child initialized for each shard", Duration::from_secs(30), || initialized().len() >= 2);
     assert_eq!(initialized(), ["shardId-000000000000", "shardId-000000000001"]);
+}
+
+/// A protocol child that logs each processRecords message's size to `dir/sizes` and its records to
+/// `dir/done`, and crashes once, on its second message of more than one record, before logging it.
+fn batch_child(dir: &std::path::Path) -> PathBuf {
+    python_child(
+        dir,
+        "batch.py",
+        r#"for line in sys.stdin:
+    msg = json.loads(line)
+    if msg["action"] == "processRecords":
+        records = msg["records"]
+        if len(records) > 1:
+            seen = os.path.join(DIR, "multi")
+            crashed = os.path.join(DIR, "crashed")
+            if os.path.exists(seen) and not os.path.exists(crashed):
+                open(crashed, "w").close()
+                sys.exit(3)
+            open(seen, "a").close()
+        with open(os.path.join(DIR, "sizes"), "a") as f:
+            f.write(f"{len(records)}\n")
+        with open(os.path.join(DIR, "done"), "a") as f:
+            f.write("".join(base64.b64decode(r["data"]).decode() + "\n" for r in records))
+    sys.stdout.write(json.dumps({"action": "status", "responseFor": msg["action"]}) + "\n"); sys.stdout.flush()
+"#,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_in_flight_together_go_to_the_child_in_one_message_in_key_order() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "mlbatch", 1).await;
+    let dir = scratch_dir("mlbatch");
+    let written = records(20, 0, 25);
+    put_records(&kinesis, &stream, &written).await;
+    let command = vec!["python3".to_string(), batch_child(&dir).display().to_string()];
+    let extra = "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 16\nretry: {backoff: 100ms}\n";
+    let config = config(&stream, None, extra).replace("processor: {stdout: {}}\n", &multilang(&command, "10s"));
+    let worker = spawn(&config, "mlbatch-1");
+    let done = || std::fs::read_to_string(dir.join("done")).unwrap_or_default();
+    wait_for("every record done despite a crash", Duration::from_secs(60), || done().lines().count() >= written.len());
+    let sizes: Vec<usize> =
+        std::fs::read_to_string(dir.join("sizes")).unwrap().lines().map(|l| l.parse().unwrap()).collect();
+    let largest = sizes.iter().copied().max().unwrap_or(0);
+    assert!(largest > 1 && largest <= 16, "messages carry up to `concurrency` records: {sizes:?}");
+    assert!(dir.join("crashed").exists(), "the child crashed on a batch");
+    let logs = worker.stderr_text();
+    assert!(logs.contains("multilang child failed; restarting it"), "{logs}");
+    // The crashed message's records were retried in the new child: each key's records once, in order.
+    let seen: Vec<String> = done().lines().map(String::from).collect();
+    for k in 0..20 {
+        let key = format!("key-{k}:");
+        let per_key: Vec<&str> = seen.iter().filter(|l| l.starts_with(&key)).map(String::as_str).collect();
+        let expected: Vec<String> = (0..25).map(|n| format!("{key}{n}")).collect();
+        assert_eq!(per_key, expected, "key-{k} once each, in order");
+    }
 }

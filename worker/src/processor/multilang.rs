@@ -2,16 +2,21 @@
 //! protocol (JSON lines on stdin/stdout), so existing KCL record processors (amazon_kclpy, aws-kcl for
 //! Node) run unchanged, without a JVM.
 //!
-//! The child is started, and sent `initialize`, as soon as the worker holds the shard's lease (as the KCL
-//! does), in the background so a slow child never delays taking other leases.
+//! Each shard has a session task that owns its child. The child is started, and sent `initialize`, as
+//! soon as the worker holds the shard's lease (as the KCL does), in that task, so a slow child never
+//! delays taking other leases.
 //!
-//! Messages sent: `initialize`, `processRecords` (one record per message, since the worker hands
-//! records over one by one), `shutdownRequested` (graceful revoke), `leaseLost`, `shardEnded`. The child
-//! answers each with `{"action":"status","responseFor":...}` and may send `checkpoint` requests in
-//! between, which are acknowledged (`{"action":"checkpoint",...,"error":null}`). The worker itself
-//! checkpoints every record the child has answered for, so a child that never checkpoints loses nothing
-//! either. A child that exits or does not answer within the timeout is killed; the record is retried in
-//! a fresh child (initialized again), so nothing is lost.
+//! Messages sent: `initialize`, `processRecords`, `shutdownRequested` (graceful revoke), `leaseLost`,
+//! `shardEnded`. A `processRecords` message carries every record of the shard that is waiting when the
+//! child is free: one at a time with `ordering: shard` (or `concurrency: 1`), up to `concurrency`
+//! records with `ordering: key` or `none` (distinct keys with `key`), in the order they were handed
+//! over. Batches matter for cost: each message costs the child a JSON parse and an answer, and the Java
+//! daemon sends a whole GetRecords batch per message. The child answers each message with
+//! `{"action":"status","responseFor":...}` and may send `checkpoint` requests in between, which are
+//! acknowledged (`{"action":"checkpoint",...,"error":null}`). The worker itself checkpoints every record
+//! the child has answered for, so a child that never checkpoints loses nothing either. A child that
+//! exits or does not answer within the timeout is killed; the records of that message are retried in a
+//! fresh child (initialized again), so nothing is lost.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -23,7 +28,8 @@ use async_trait::async_trait;
 use base64::Engine;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::sync::{mpsc, oneshot};
 
 use super::{ProcessError, Record, RecordProcessor};
 use crate::lease::LeaseKey;
@@ -37,16 +43,32 @@ struct Session {
 
 /// Runs a MultiLangDaemon-protocol child per shard.
 pub struct MultilangProcessor {
-    command: Arc<[String]>,
+    shared: Arc<Shared>,
+    sessions: std::sync::Mutex<HashMap<LeaseKey, mpsc::UnboundedSender<Command>>>,
+}
+
+/// What every shard's session task needs.
+struct Shared {
+    command: Vec<String>,
     timeout: Duration,
-    sessions: std::sync::Mutex<HashMap<LeaseKey, Arc<tokio::sync::Mutex<Option<Session>>>>>,
-    checkpoint_requests: Arc<AtomicU64>,
+    checkpoint_requests: AtomicU64,
     restarts: AtomicU64,
 }
 
+/// A request to a shard's session task.
+enum Command {
+    /// Process a record; the answer goes back when its message has been answered.
+    Process(Record, oneshot::Sender<Result<(), ProcessError>>),
+    /// Send the closing action (`shutdownRequested`, `leaseLost`, `shardEnded`), end the child, stop.
+    Finish(&'static str, oneshot::Sender<()>),
+}
+
+/// Most records in one `processRecords` message (the Java daemon's default GetRecords limit).
+const MAX_RECORDS_PER_MESSAGE: usize = 10_000;
+
 impl std::fmt::Debug for MultilangProcessor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MultilangProcessor").field("command", &self.command).finish()
+        f.debug_struct("MultilangProcessor").field("command", &self.shared.command).finish()
     }
 }
 
@@ -63,7 +85,7 @@ impl Session {
     ) -> Result<Self, ProcessError> {
         let (program, args) =
             command.split_first().ok_or_else(|| ProcessError::permanent("multilang command is empty"))?;
-        let mut child = Command::new(program)
+        let mut child = tokio::process::Command::new(program)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -133,101 +155,152 @@ impl Session {
 impl MultilangProcessor {
     /// Runs `command` per shard; a child that does not answer within `timeout` is restarted.
     pub fn new(command: Vec<String>, timeout: Duration) -> Self {
-        Self {
-            command: command.into(),
-            timeout,
-            sessions: std::sync::Mutex::default(),
-            checkpoint_requests: Arc::default(),
-            restarts: AtomicU64::new(0),
-        }
+        let shared = Shared { command, timeout, checkpoint_requests: AtomicU64::new(0), restarts: AtomicU64::new(0) };
+        Self { shared: Arc::new(shared), sessions: std::sync::Mutex::default() }
     }
 
     /// Checkpoint requests the children have made.
     pub fn checkpoint_requests(&self) -> u64 {
-        self.checkpoint_requests.load(Ordering::Relaxed)
+        self.shared.checkpoint_requests.load(Ordering::Relaxed)
     }
 
     /// Children killed and started again (crashed or stalled).
     pub fn restarts(&self) -> u64 {
-        self.restarts.load(Ordering::Relaxed)
+        self.shared.restarts.load(Ordering::Relaxed)
     }
 
-    fn slot(&self, key: &LeaseKey) -> Arc<tokio::sync::Mutex<Option<Session>>> {
+    /// The session task of `key`, started if it has none (or its task has ended).
+    fn session(&self, key: &LeaseKey) -> mpsc::UnboundedSender<Command> {
         let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        sessions.entry(key.clone()).or_default().clone()
+        if let Some(sender) = sessions.get(key).filter(|s| !s.is_closed()) {
+            return sender.clone();
+        }
+        // Unbounded is safe: every queued record has a caller waiting for it, and the dispatcher bounds
+        // how many records are in flight.
+        let (sender, commands) = mpsc::unbounded_channel();
+        tokio::spawn(run_session(self.shared.clone(), key.clone(), commands));
+        sessions.insert(key.clone(), sender.clone());
+        sender
     }
 
-    /// Sends a closing message (`shutdownRequested`, `leaseLost`, `shardEnded`) and ends the child.
-    async fn finish(&self, key: &LeaseKey, action: &str) {
-        let slot = {
+    /// Sends a closing action to the shard's child and waits until it has ended.
+    async fn finish(&self, key: &LeaseKey, action: &'static str) {
+        let sender = {
             let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
             sessions.remove(key)
         };
-        let Some(slot) = slot else { return };
-        let Some(mut session) = slot.lock().await.take() else { return };
-        if let Err(e) =
-            session.exchange(&json!({"action": action}), action, self.timeout, &self.checkpoint_requests).await
-        {
-            tracing::warn!(shard = %key, action, error = %e, "multilang child did not finish cleanly");
+        let Some(sender) = sender else { return };
+        let (done, finished) = oneshot::channel();
+        if sender.send(Command::Finish(action, done)).is_ok() {
+            // An error only means the task had already ended, and its child with it.
+            let _ = finished.await;
         }
-        session.close().await;
     }
 }
 
-#[async_trait]
-impl RecordProcessor for MultilangProcessor {
-    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
-        let key = LeaseKey::new(&*record.stream, &*record.shard_id);
-        let slot = self.slot(&key);
-        let mut session = slot.lock().await;
-        if session.is_none() {
-            *session = Some(Session::start(&self.command, &key, self.timeout, &self.checkpoint_requests).await?);
+/// One shard's session: owns the child, sends waiting records together, restarts a failed child.
+async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::UnboundedReceiver<Command>) {
+    let mut child = match Session::start(&shared.command, &key, shared.timeout, &shared.checkpoint_requests).await {
+        Ok(started) => Some(started),
+        Err(e) => {
+            tracing::warn!(shard = %key, error = %e, "multilang child did not start; retried with the first record");
+            None
         }
-        let message = json!({
-            "action": "processRecords",
-            "millisBehindLatest": 0,
-            "records": [{
+    };
+    let mut finish = None;
+    while finish.is_none() {
+        let Some(command) = commands.recv().await else { break };
+        let mut batch = match command {
+            Command::Process(record, answer) => vec![(record, answer)],
+            Command::Finish(action, done) => {
+                finish = Some((action, done));
+                break;
+            }
+        };
+        while batch.len() < MAX_RECORDS_PER_MESSAGE {
+            match commands.try_recv() {
+                Ok(Command::Process(record, answer)) => batch.push((record, answer)),
+                Ok(Command::Finish(action, done)) => {
+                    finish = Some((action, done));
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        // A caller that stopped waiting (its lease was lost, the worker stops) no longer wants its record.
+        batch.retain(|(_, answer)| !answer.is_closed());
+        if batch.is_empty() {
+            continue;
+        }
+        let records: Vec<&Record> = batch.iter().map(|(record, _)| record).collect();
+        let result = process_records(&shared, &key, &mut child, &records).await;
+        if let Err(e) = &result {
+            // A crashed or stalled child is replaced; the records are retried in the new one.
+            tracing::warn!(shard = %key, error = %e, "multilang child failed; restarting it");
+            shared.restarts.fetch_add(1, Ordering::Relaxed);
+            if let Some(broken) = child.take() {
+                broken.close().await;
+            }
+        }
+        for (_, answer) in batch {
+            let _ = answer.send(result.clone());
+        }
+    }
+    if let Some(mut running) = child {
+        if let Some((action, _)) = &finish {
+            let message = json!({"action": action});
+            if let Err(e) = running.exchange(&message, action, shared.timeout, &shared.checkpoint_requests).await {
+                tracing::warn!(shard = %key, action, error = %e, "multilang child did not finish cleanly");
+            }
+        }
+        running.close().await;
+    }
+    if let Some((_, done)) = finish {
+        let _ = done.send(());
+    }
+}
+
+/// Sends `records` in one `processRecords` message, starting the child first if it is not running.
+async fn process_records(
+    shared: &Shared,
+    key: &LeaseKey,
+    child: &mut Option<Session>,
+    records: &[&Record],
+) -> Result<(), ProcessError> {
+    let running = match child {
+        Some(running) => running,
+        None => child.insert(Session::start(&shared.command, key, shared.timeout, &shared.checkpoint_requests).await?),
+    };
+    let records: Vec<Value> = records
+        .iter()
+        .map(|record| {
+            json!({
                 "action": "record",
                 "data": base64::engine::general_purpose::STANDARD.encode(&record.data),
                 "partitionKey": record.partition_key,
                 "sequenceNumber": record.sequence_number,
                 "subSequenceNumber": 0,
                 "approximateArrivalTimestamp": record.arrival_ms.unwrap_or(0),
-            }],
-        });
-        let result = match session.as_mut() {
-            Some(running) => {
-                running.exchange(&message, "processRecords", self.timeout, &self.checkpoint_requests).await
-            }
-            None => Err(failed("no child")),
-        };
-        if let Err(e) = &result {
-            // A crashed or stalled child is replaced; the record is retried in the new one.
-            tracing::warn!(shard = %key, error = %e, "multilang child failed; restarting it");
-            self.restarts.fetch_add(1, Ordering::Relaxed);
-            if let Some(broken) = session.take() {
-                broken.close().await;
-            }
-        }
-        result
+            })
+        })
+        .collect();
+    let message = json!({"action": "processRecords", "millisBehindLatest": 0, "records": records});
+    running.exchange(&message, "processRecords", shared.timeout, &shared.checkpoint_requests).await
+}
+
+#[async_trait]
+impl RecordProcessor for MultilangProcessor {
+    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+        let key = LeaseKey::new(&*record.stream, &*record.shard_id);
+        let (answer, answered) = oneshot::channel();
+        self.session(&key)
+            .send(Command::Process(record.clone(), answer))
+            .map_err(|_| failed("the multilang session has stopped"))?;
+        answered.await.map_err(|_| failed("the multilang session ended before answering"))?
     }
 
     async fn shard_assigned(&self, shard: &LeaseKey) {
-        let slot = self.slot(shard);
-        let (command, timeout, requests, key) =
-            (self.command.clone(), self.timeout, self.checkpoint_requests.clone(), shard.clone());
-        // A child that is finished before it started is dropped with its slot (kill_on_drop).
-        tokio::spawn(async move {
-            let mut session = slot.lock().await;
-            if session.is_none() {
-                match Session::start(&command, &key, timeout, &requests).await {
-                    Ok(started) => *session = Some(started),
-                    Err(e) => {
-                        tracing::warn!(shard = %key, error = %e, "multilang child did not start; retried with the first record")
-                    }
-                }
-            }
-        });
+        self.session(shard);
     }
 
     async fn shard_revoked(&self, shard: &LeaseKey) {

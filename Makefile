@@ -37,9 +37,11 @@ bench: emulators control-plane
 	cargo bench -p leasehold-operator --bench consumers
 	$(MAKE) bench-kcl
 
-## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample, same backlog).
+## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
+## CPU and memory on the same backlog, then failover after kill -9 (3 trials each).
 bench-kcl: emulators
 	$(GROUND)/kcl-bench.sh all --records 100000
+	$(GROUND)/kcl-bench.sh both --failover 3 --timeout 400
 
 ## The whole loop, narrated: control plane, emulators, the operator, worker pods run as processes;
 ## apply a consumer, process records, kill a worker and watch its shards move, delete, clean up.

@@ -2,6 +2,11 @@
 """Side by side: the Java KCL MultiLangDaemon and leasehold-worker running the same amazon_kclpy sample.
 
   kcl-bench.py java|worker|worker-batched|both|all [--records 100000] [--shards 4] [--rounds 1]
+  kcl-bench.py java|worker|both --failover TRIALS
+
+--failover: two consumers of a 2-shard stream, one lease each (children counted in their process trees),
+kill -9 one at a random moment up to 20 s later, and time until the survivor has started a child for the victim's shard; a fresh stream per
+trial. Otherwise (throughput):
 
 Creates a fresh stream (and lease table name) on the emulators, writes the records first, then starts the
 consumer and waits until the sample has logged every record (counted in the per-child stderr files that
@@ -22,7 +27,7 @@ per message) and its default GetRecords limit, 1,000. `worker-batched` runs `ord
 concurrency: 500` (up to 500 waiting records of distinct keys per message) with the KCL's GetRecords
 limit, 10,000. KCL_BENCH_WORKER_CONCURRENCY and KCL_BENCH_WORKER_MAX_RECORDS override those.
 """
-import argparse, json, os, signal, subprocess, sys, tempfile, time, uuid
+import argparse, json, os, random, signal, subprocess, sys, tempfile, time, uuid
 import boto3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -105,7 +110,7 @@ metricsLevel = NONE
     return ["java", *opts, "-cp", jars, "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props], proxy
 
 
-def worker_command(work, name, kin_ep, ddb_ep, child, batched=False):
+def worker_command(work, name, kin_ep, ddb_ep, child, batched=False, owner="bench-1"):
     binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
     cfg = os.path.join(work, "worker.yaml")
     concurrency = os.environ.get("KCL_BENCH_WORKER_CONCURRENCY", "500" if batched else None)
@@ -121,7 +126,7 @@ startPosition: TRIM_HORIZON
 processor: {{multilang: {{command: ['{child}'], timeout: 60s}}}}
 {ordering}
 """)
-    return [binary, "--config", cfg, "--owner-id", "bench-1", "--metrics-addr", "127.0.0.1:0"], None
+    return [binary, "--config", cfg, "--owner-id", owner, "--metrics-addr", "127.0.0.1:0"], None
 
 
 def run(consumer, records, shards, timeout):
@@ -201,6 +206,85 @@ def run(consumer, records, shards, timeout):
             sys.stderr.write(f.read()[-6000:].decode(errors="replace"))
     return result
 
+def children(pid):
+    """How many shard children (processes below the consumer) are alive: one per lease held."""
+    return len(tree(pid)) - 1
+
+
+def failover(consumer, timeout):
+    """Two consumers of one stream with 2 shards, one lease each; kill -9 one; seconds until the survivor
+    has started a child for the victim's shard. Both consumers with their default lease timing (the KCL's
+    failoverTimeMillis 10 s, the worker's lease.duration 10 s)."""
+    kin_ep, ddb_ep = endpoints()
+    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
+    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
+    name = f"kclfail-{consumer}-{uuid.uuid4().hex[:8]}"
+    kinesis.create_stream(StreamName=name, ShardCount=2)
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    child = os.path.join(HERE, "kcl-sample.sh")
+    procs, proxies, logs = [], [], []
+    for i in range(2):
+        work = tempfile.mkdtemp(prefix=f"{name}-{i}-")
+        counts = os.path.join(work, "counts"); os.mkdir(counts)
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
+                   AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts,
+                   KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
+        env.setdefault("RUST_LOG", "info")
+        if consumer == "java":
+            cmd, proxy = java_command(work, name, kin_ep, ddb_ep, child)
+        else:
+            cmd, proxy = worker_command(work, name, kin_ep, ddb_ep, child, owner=f"bench-{i}")
+        proxies.append(proxy)
+        log = open(os.path.join(work, "consumer.log"), "wb")
+        logs.append(log.name)
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    t0 = time.monotonic()
+    result = {"consumer": consumer, "ok": False, "logs": logs}
+    try:
+        # Balanced and steady: one child each for 2 s.
+        steady = None
+        while True:
+            now = time.monotonic()
+            if now - t0 > timeout:
+                result["error"] = f"never one lease each: children {[children(p.pid) for p in procs]}"
+                return result
+            if all(children(p.pid) == 1 for p in procs):
+                steady = steady or now
+                if now - steady >= 2:
+                    break
+            else:
+                steady = None
+            time.sleep(0.05)
+        result["balanced_after_s"] = round(time.monotonic() - t0, 1)
+        # A random moment within the KCL's 20 s lease-taking cycle (and many of the worker's 3 s renewals).
+        time.sleep(random.uniform(0, 20))
+        if not all(children(p.pid) == 1 for p in procs):
+            result["error"] = "the leases moved before the kill"
+            return result
+        victim, survivor = procs
+        os.killpg(victim.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        victim.wait()
+        while children(survivor.pid) < 2:
+            if time.monotonic() - killed > timeout:
+                result["error"] = "the survivor never took the victim's shard"
+                return result
+            time.sleep(0.05)
+        result["failover_s"] = round(time.monotonic() - killed, 2)
+        result["ok"] = True
+        return result
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        for proxy in proxies:
+            if proxy:
+                proxy.terminate(); proxy.wait()
+        print(json.dumps(result), flush=True)
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -209,8 +293,21 @@ def main():
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--failover", type=int, metavar="TRIALS", default=0,
+                    help="instead of throughput: kill -9 one of two consumers TRIALS times per consumer")
     a = ap.parse_args()
     consumers = {"both": ["java", "worker"], "all": ["java", "worker", "worker-batched"]}.get(a.consumer, [a.consumer])
+    if a.failover:
+        times = {c: [] for c in consumers if c != "worker-batched"}
+        for _ in range(a.failover):
+            for c in times:
+                r = failover(c, a.timeout)
+                if not r["ok"]:
+                    sys.exit(1)
+                times[c].append(r["failover_s"])
+        for c, t in times.items():
+            print(json.dumps({"consumer": c, "failover_s": sorted(t), "max_s": max(t), "median_s": sorted(t)[len(t) // 2]}))
+        return
     failed = False
     for _ in range(a.rounds):
         results = {c: run(c, a.records, a.shards, a.timeout) for c in consumers}

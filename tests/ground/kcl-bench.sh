@@ -5,7 +5,9 @@
 # worker, then runs tests/ground/kcl-bench.py with the given arguments (default: all, 100,000 records).
 source "$(dirname "$0")/common.sh"
 HERE="$(cd "$(dirname "$0")" && pwd)"
-"$HERE/kclpy.sh" >/dev/null
+# kcl-sample.sh (the child both consumers run) finds the sample through KCLPY.
+KCLPY="$("$HERE/kclpy.sh")"
+export KCLPY
 "$HERE/kcl-java.sh" install >/dev/null
 VENV="$LEASEHOLD_CACHE/bench-venv"
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import boto3' 2>/dev/null; then

@@ -55,8 +55,13 @@ impl ShardSync {
                 Ok(self.kinesis.list_streams().await?.into_iter().filter(|name| pattern.is_match(name)).collect())
             }
             StreamSelection::Assigned(keys) => {
-                let mut streams: Vec<String> = keys.iter().map(|k| k.stream().to_string()).collect();
-                streams.dedup();
+                // Each stream once, in the order first assigned, however its shards are interleaved.
+                let mut streams: Vec<String> = Vec::new();
+                for key in keys {
+                    if !streams.iter().any(|s| s == key.stream()) {
+                        streams.push(key.stream().to_string());
+                    }
+                }
                 Ok(streams)
             }
         }
@@ -97,12 +102,11 @@ impl ShardSync {
         let SyncPlan { create, delete } = plan(&listings, rows, &self.root_start);
         for row in create {
             match store.create_if_absent(&row).await {
-                Ok(created) => {
-                    if created {
-                        tracing::info!(shard = %row.key, checkpoint = %row.checkpoint, "lease row created");
-                        report.created += 1;
-                    }
+                Ok(true) => {
+                    tracing::info!(shard = %row.key, checkpoint = %row.checkpoint, "lease row created");
+                    report.created += 1;
                 }
+                Ok(false) => {}
                 Err(e) => tracing::warn!(shard = %row.key, error = %e, "cannot create lease row; will retry"),
             }
         }

@@ -51,27 +51,25 @@ fn walk(path: &str, schema: &Value, required: &[String], rows: &mut Vec<String>)
             description.replace('|', "\\|"),
             constraints(child).replace('|', "\\|")
         ));
-        let child_required: Vec<String> = child
-            .get("required")
-            .and_then(Value::as_array)
-            .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
-            .unwrap_or_default();
-        let inner =
-            if child.get("type").and_then(Value::as_str) == Some("array") { child.get("items") } else { Some(child) };
+        // A list's fields are its items' fields, written `field[].name`.
+        let (inner, inner_path) = if child.get("type").and_then(Value::as_str) == Some("array") {
+            (child.get("items"), format!("{field}[]"))
+        } else {
+            (Some(child), field)
+        };
         if let Some(inner) = inner {
-            let inner_required = if inner == child {
-                child_required
-            } else {
-                inner
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
-                    .unwrap_or_default()
-            };
-            let inner_path = if inner == child { field.clone() } else { format!("{field}[]") };
-            walk(&inner_path, inner, &inner_required, rows);
+            walk(&inner_path, inner, &required_of(inner), rows);
         }
     }
+}
+
+/// The names of the properties `schema` requires.
+fn required_of(schema: &Value) -> Vec<String> {
+    schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
 }
 
 /// The reference page for `spec` as Markdown.
@@ -79,12 +77,8 @@ pub fn reference_markdown() -> Result<String, serde_json::Error> {
     use kube::CustomResourceExt;
     let crd = serde_json::to_value(crate::StreamConsumer::crd())?;
     let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
-    let required: Vec<String> = schema["required"]
-        .as_array()
-        .map(|r| r.iter().filter_map(Value::as_str).map(String::from).collect())
-        .unwrap_or_default();
     let mut rows = Vec::new();
-    walk("spec", schema, &required, &mut rows);
+    walk("spec", schema, &required_of(schema), &mut rows);
     let spec_rules: Vec<String> = schema
         .get("x-kubernetes-validations")
         .and_then(Value::as_array)

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::StreamConsumerStatus;
 
+/// Schema pattern of every duration field: `10s`, `500ms`, `1m`, `1h30m`.
+const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+
 /// A Kinesis consumer: streams to read, a lease table shared by its workers, and how to process records.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("!(has(self.streams) && size(self.streams) > 0 && has(self.streamPattern))").message("give streams or streamPattern, not both").field_path(".streamPattern"))]
@@ -204,28 +207,28 @@ pub enum StartPosition {
 pub struct LeaseTimingSpec {
     /// How long a lease lasts without renewal. Default 10s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub duration: Option<String>,
     /// How often a holder renews; must be shorter than `duration`. Default 3s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub renew_interval: Option<String>,
     /// How often the worker reads the lease table to take free, expired or requested leases. Default 500ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub scan_interval: Option<String>,
     /// How often the shard list is refreshed (new shards, new streams). Default 10s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub shard_sync_interval: Option<String>,
     /// How often progress is checkpointed. Default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub checkpoint_interval: Option<String>,
     /// How long a worker may take to finish in-flight records when it gives shards up (handoff,
     /// shutdown). Default 5s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub graceful_timeout: Option<String>,
 }
 
@@ -239,7 +242,7 @@ pub struct ReaderSpec {
     /// Pause after a GetRecords call that returned nothing. Default 500ms. Calls per shard never exceed
     /// 5 per second whatever this says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub idle_time: Option<String>,
 }
 
@@ -272,7 +275,7 @@ pub struct HttpProcessor {
     pub url: String,
     /// Per-request timeout. Default 5s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub timeout: Option<String>,
     /// Send records in batches (CloudEvents batched mode) instead of one request per record. Default:
     /// one record per request.
@@ -291,7 +294,7 @@ pub struct HttpBatch {
     pub max_records: Option<i32>,
     /// How long the first record of a batch waits for more before the batch is sent anyway. Default 5ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub max_delay: Option<String>,
 }
 
@@ -303,7 +306,7 @@ pub struct MultilangProcessor {
     pub command: Vec<String>,
     /// How long the child may take to answer one message before it is restarted. Default 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub timeout: Option<String>,
 }
 
@@ -328,7 +331,7 @@ pub struct RetrySpec {
     pub max_attempts: Option<i32>,
     /// First backoff between attempts (doubling). Default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(regex(pattern = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"))]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
     pub backoff: Option<String>,
     /// What happens after the last attempt. Default block.
     #[serde(default, skip_serializing_if = "Option::is_none")]

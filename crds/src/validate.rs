@@ -71,14 +71,20 @@ fn duration(errors: &mut Vec<FieldError>, field: &str, value: Option<&String>, d
 /// says the same.
 pub const MAX_HTTP_BATCH: i32 = 500;
 
+/// True when `name` is `lengths` long and made of `a-z A-Z 0-9 _ - .` (the AWS naming rule of tables
+/// and streams).
+fn valid_aws_name(name: &str, lengths: std::ops::RangeInclusive<usize>) -> bool {
+    lengths.contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+}
+
 /// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_table_name(name: &str) -> bool {
-    (3..=255).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    valid_aws_name(name, 3..=255)
 }
 
 /// True for a valid Kinesis stream name: 1-128 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_stream_name(name: &str) -> bool {
-    (1..=128).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
+    valid_aws_name(name, 1..=128)
 }
 
 impl StreamConsumerSpec {
@@ -110,64 +116,44 @@ impl StreamConsumerSpec {
             _ => {}
         }
         let lease = &self.lease;
+        let http = self.processor.http.as_ref();
+        let mut parse = |field: &str, value: Option<&String>, default| duration(&mut errors, field, value, default);
         let durations = ResolvedDurations {
-            lease: duration(&mut errors, "spec.lease.duration", lease.duration.as_ref(), Duration::from_secs(10)),
-            renew_interval: duration(
-                &mut errors,
-                "spec.lease.renewInterval",
-                lease.renew_interval.as_ref(),
-                Duration::from_secs(3),
-            ),
-            scan_interval: duration(
-                &mut errors,
-                "spec.lease.scanInterval",
-                lease.scan_interval.as_ref(),
-                Duration::from_millis(500),
-            ),
-            shard_sync_interval: duration(
-                &mut errors,
+            lease: parse("spec.lease.duration", lease.duration.as_ref(), Duration::from_secs(10)),
+            renew_interval: parse("spec.lease.renewInterval", lease.renew_interval.as_ref(), Duration::from_secs(3)),
+            scan_interval: parse("spec.lease.scanInterval", lease.scan_interval.as_ref(), Duration::from_millis(500)),
+            shard_sync_interval: parse(
                 "spec.lease.shardSyncInterval",
                 lease.shard_sync_interval.as_ref(),
                 Duration::from_secs(10),
             ),
-            checkpoint_interval: duration(
-                &mut errors,
+            checkpoint_interval: parse(
                 "spec.lease.checkpointInterval",
                 lease.checkpoint_interval.as_ref(),
                 Duration::from_secs(1),
             ),
-            graceful_timeout: duration(
-                &mut errors,
+            graceful_timeout: parse(
                 "spec.lease.gracefulTimeout",
                 lease.graceful_timeout.as_ref(),
                 Duration::from_secs(5),
             ),
-            idle_time: duration(
-                &mut errors,
-                "spec.reader.idleTime",
-                self.reader.idle_time.as_ref(),
-                Duration::from_millis(500),
-            ),
-            retry_backoff: duration(
-                &mut errors,
+            idle_time: parse("spec.reader.idleTime", self.reader.idle_time.as_ref(), Duration::from_millis(500)),
+            retry_backoff: parse(
                 "spec.retry.backoff",
                 self.retry.as_ref().and_then(|r| r.backoff.as_ref()),
                 Duration::from_secs(1),
             ),
-            http_timeout: duration(
-                &mut errors,
+            http_timeout: parse(
                 "spec.processor.http.timeout",
-                self.processor.http.as_ref().and_then(|h| h.timeout.as_ref()),
+                http.and_then(|h| h.timeout.as_ref()),
                 Duration::from_secs(5),
             ),
-            http_batch_max_delay: duration(
-                &mut errors,
+            http_batch_max_delay: parse(
                 "spec.processor.http.batch.maxDelay",
-                self.processor.http.as_ref().and_then(|h| h.batch.as_ref()).and_then(|b| b.max_delay.as_ref()),
+                http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_delay.as_ref()),
                 Duration::from_millis(5),
             ),
-            multilang_timeout: duration(
-                &mut errors,
+            multilang_timeout: parse(
                 "spec.processor.multilang.timeout",
                 self.processor.multilang.as_ref().and_then(|m| m.timeout.as_ref()),
                 Duration::from_secs(60),

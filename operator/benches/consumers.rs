@@ -23,9 +23,7 @@ fn hash(deployment: &Deployment) -> Option<String> {
 async fn main() {
     let client = support::client().await;
     support::install_crd(&client).await;
-    let ns = leasehold_testkit::unique_name("bench-op").to_lowercase();
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let ns = support::create_namespace(&client, "bench-op", false).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "bench-op", 2).await;
 
@@ -42,11 +40,10 @@ async fn main() {
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let created = Instant::now();
     for i in 0..CONSUMERS {
-        let consumer: leasehold_crds::StreamConsumer = serde_json::from_value(json!({
-            "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer", "metadata": {"name": format!("c{i:03}")},
-            "spec": {"streams": [{"name": stream}], "aws": support::aws(), "workers": {"replicas": 1}, "processor": {"stdout": {}}}
-        }))
-        .unwrap();
+        let consumer = support::consumer(
+            &format!("c{i:03}"),
+            json!({"streams": [{"name": stream}], "aws": support::aws(), "workers": {"replicas": 1}, "processor": {"stdout": {}}}),
+        );
         consumers.create(&PostParams::default(), &consumer).await.expect("create consumer");
     }
     support::wait("every Deployment", Duration::from_secs(300), || async {

@@ -72,9 +72,7 @@ async fn main() {
     let client = support::client().await;
     support::install_crd(&client).await;
     println!("    CRD streamconsumers.leasehold.io installed");
-    let ns = leasehold_testkit::unique_name("demo").to_lowercase();
-    let namespace: Namespace = serde_json::from_value(json!({"metadata": {"name": ns}})).expect("namespace");
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("create namespace");
+    let ns = support::create_namespace(&client, "demo", false).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "orders", 4).await;
@@ -102,10 +100,7 @@ async fn main() {
     {
         println!("      {line}");
     }
-    let consumer: leasehold_crds::StreamConsumer = serde_json::from_value(json!({
-        "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer", "metadata": {"name": "orders"}, "spec": spec
-    }))
-    .expect("consumer");
+    let consumer = support::consumer("orders", spec);
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
 

@@ -20,6 +20,8 @@ pub const CONSUMER_LABEL: &str = "leasehold.io/consumer";
 pub const CONFIG_HASH_ANNOTATION: &str = "leasehold.io/config-hash";
 /// Key of the worker config in the ConfigMap.
 pub const CONFIG_KEY: &str = "worker.yaml";
+/// Name of the pod volume carrying the worker config.
+pub const CONFIG_VOLUME: &str = "worker-config";
 /// Where the worker config is mounted in the worker container.
 pub const CONFIG_DIR: &str = "/etc/leasehold";
 /// Port of the worker's /metrics, /healthz and /readyz.
@@ -101,13 +103,17 @@ pub fn config_map(consumer: &StreamConsumer, config: &str) -> ConfigMap {
     }
 }
 
+fn runtime_default_seccomp() -> SeccompProfile {
+    SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }
+}
+
 fn restricted_container_security() -> SecurityContext {
     SecurityContext {
         allow_privilege_escalation: Some(false),
         read_only_root_filesystem: Some(true),
         run_as_non_root: Some(true),
         capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-        seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+        seccomp_profile: Some(runtime_default_seccomp()),
         ..SecurityContext::default()
     }
 }
@@ -137,9 +143,9 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
     });
     container.env = Some(env);
     let mut mounts = container.volume_mounts.take().unwrap_or_default();
-    mounts.retain(|m| m.name != "worker-config");
+    mounts.retain(|m| m.name != CONFIG_VOLUME);
     mounts.push(VolumeMount {
-        name: "worker-config".into(),
+        name: CONFIG_VOLUME.into(),
         mount_path: CONFIG_DIR.into(),
         read_only: Some(true),
         ..VolumeMount::default()
@@ -185,9 +191,9 @@ pub fn deployment(consumer: &StreamConsumer, replicas: i32, image: &str, config_
     containers.insert(0, worker_container(base, image));
     pod.containers = containers;
     let mut volumes = pod.volumes.take().unwrap_or_default();
-    volumes.retain(|v| v.name != "worker-config");
+    volumes.retain(|v| v.name != CONFIG_VOLUME);
     volumes.push(Volume {
-        name: "worker-config".into(),
+        name: CONFIG_VOLUME.into(),
         config_map: Some(ConfigMapVolumeSource { name: workers_name(consumer), ..ConfigMapVolumeSource::default() }),
         ..Volume::default()
     });
@@ -198,7 +204,7 @@ pub fn deployment(consumer: &StreamConsumer, replicas: i32, image: &str, config_
     if pod.security_context.is_none() {
         pod.security_context = Some(PodSecurityContext {
             run_as_non_root: Some(true),
-            seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }),
+            seccomp_profile: Some(runtime_default_seccomp()),
             ..PodSecurityContext::default()
         });
     }

@@ -199,8 +199,10 @@ async fn apply(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
         let deployment = build::deployment(consumer, replicas, &ctx.settings.worker_image, &hash);
         let applied = deployments.patch(&build::workers_name(consumer), &params, &Patch::Apply(&deployment)).await?;
-        if previous.replicas.is_some_and(|r| r != replicas) {
-            let note = format!("workers scaled from {} to {replicas}", previous.replicas.unwrap_or(0));
+        if let Some(before) = previous.replicas
+            && before != replicas
+        {
+            let note = format!("workers scaled from {before} to {replicas}");
             publish(ctx, consumer, EventType::Normal, "Scaled", note).await;
         }
         let ready = applied.status.and_then(|s| s.ready_replicas).unwrap_or(0);
@@ -232,14 +234,14 @@ async fn write_status(
     leases: Vec<WorkerLeases>,
 ) -> Result<()> {
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
-    let previous = consumer.status.clone().unwrap_or_default();
+    let previous = consumer.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let streams = match (&consumer.spec.stream_pattern, consumer.spec.streams.is_empty()) {
         (Some(pattern), _) => Some(format!("/{pattern}/")),
         (None, false) => Some(consumer.spec.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")),
         (None, true) => None,
     };
     let status = StreamConsumerStatus {
-        conditions: conditions(verdicts, consumer.metadata.generation, &previous.conditions),
+        conditions: conditions(verdicts, consumer.metadata.generation, previous),
         observed_generation: consumer.metadata.generation,
         streams,
         open_shards,

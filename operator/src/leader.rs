@@ -9,7 +9,7 @@ use std::time::Duration;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{PostParams, PostParams as Params};
+use kube::api::PostParams;
 use kube::{Api, Client};
 use tokio_util::sync::CancellationToken;
 
@@ -65,6 +65,15 @@ fn claimable(spec: &LeaseSpec, identity: &str, now: Timestamp) -> bool {
     renewed.checked_add(duration).map(|expires| expires < now).unwrap_or(true)
 }
 
+/// A write of the Lease: true when it went through, false when another candidate wrote first (409).
+fn won(write: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+    match write {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// One attempt to take or renew leadership; true when this candidate leads afterwards.
 pub async fn try_lead(api: &Api<Lease>, election: &Election) -> Result<bool, kube::Error> {
     let now = Timestamp::now();
@@ -74,11 +83,7 @@ pub async fn try_lead(api: &Api<Lease>, election: &Election) -> Result<bool, kub
                 metadata: ObjectMeta { name: Some(election.name.clone()), ..ObjectMeta::default() },
                 spec: Some(claim(election, None, now)),
             };
-            match api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            won(api.create(&PostParams::default(), &lease).await)
         }
         Some(mut lease) => {
             let current = lease.spec.clone().unwrap_or_default();
@@ -87,11 +92,7 @@ pub async fn try_lead(api: &Api<Lease>, election: &Election) -> Result<bool, kub
             }
             lease.spec = Some(claim(election, Some(&current), now));
             // The update carries the resourceVersion read above: a concurrent winner makes it fail.
-            match api.replace(&election.name, &Params::default(), &lease).await {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(status)) if status.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            won(api.replace(&election.name, &PostParams::default(), &lease).await)
         }
     }
 }
@@ -104,7 +105,7 @@ pub async fn step_down(api: &Api<Lease>, election: &Election) {
             spec.holder_identity = None;
             spec.renew_time = None;
             lease.spec = Some(spec);
-            let _ = api.replace(&election.name, &Params::default(), &lease).await;
+            let _ = api.replace(&election.name, &PostParams::default(), &lease).await;
         }
     }
 }

@@ -28,8 +28,11 @@ pub struct Owner {
 }
 
 impl Owner {
-    fn tags(&self) -> Vec<(&'static str, &str)> {
-        vec![(TAG_NAMESPACE, &self.namespace), (TAG_NAME, &self.name), (TAG_UID, &self.uid)]
+    fn tags(&self) -> Vec<(String, String)> {
+        [(TAG_NAMESPACE, &self.namespace), (TAG_NAME, &self.name), (TAG_UID, &self.uid)]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
     }
 }
 
@@ -75,8 +78,7 @@ async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result
         SpecBilling::PayPerRequest => TableBilling::OnDemand,
         SpecBilling::Provisioned => TableBilling::Provisioned { read: 10, write: 10 },
     };
-    let tags: Vec<(String, String)> = owner.tags().into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    create_table(client, &spec.name, billing, &tags).await.map_err(|e| failed(&spec.name, e))
+    create_table(client, &spec.name, billing, &owner.tags()).await.map_err(|e| failed(&spec.name, e))
 }
 
 /// What a deletion did.
@@ -107,7 +109,7 @@ pub async fn delete_if_ours(client: &Client, table: &str, owner: &Owner) -> Resu
         .map_err(|e| failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
         .tags
         .unwrap_or_default();
-    let ours = owner.tags().into_iter().all(|(k, v)| tags.iter().any(|t| t.key == k && t.value == v));
+    let ours = owner.tags().iter().all(|(k, v)| tags.iter().any(|t| t.key == *k && t.value == *v));
     if !ours {
         return Ok(Deletion::KeptNotOurs);
     }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube::config::{AuthInfo, Kubeconfig};
@@ -69,12 +69,7 @@ fn the_chart_lints_and_renders_and_its_crd_matches_the_types() {
 async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
     let client = support::client().await;
     support::install_crd(&client).await;
-    let namespaces = Api::<Namespace>::all(client.clone());
-    let release_ns = leasehold_testkit::unique_name("chart").to_lowercase();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": release_ns, "labels": {
-        "pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"}}}))
-    .unwrap();
-    namespaces.create(&PostParams::default(), &ns).await.unwrap();
+    let release_ns = support::create_namespace(&client, "chart", true).await;
     let release = format!("lh{}", std::process::id());
     run(Command::new(tool("helm")).args([
         "install",
@@ -115,11 +110,7 @@ async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
     let sa_kubeconfig = std::env::temp_dir().join(format!("{release}-kubeconfig"));
     std::fs::write(&sa_kubeconfig, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
 
-    let watched = leasehold_testkit::unique_name("chart-app").to_lowercase();
-    namespaces
-        .create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": watched}})).unwrap())
-        .await
-        .unwrap();
+    let watched = support::create_namespace(&client, "chart-app", false).await;
     let mut operator = support::spawn_operator(
         std::path::Path::new(env!("CARGO_BIN_EXE_leasehold-operator")),
         &watched,
@@ -128,26 +119,17 @@ async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
     );
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "chart", 1).await;
-    let consumer: leasehold_crds::StreamConsumer = serde_json::from_value(json!({
-        "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer", "metadata": {"name": "orders"},
-        "spec": {"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": leasehold_testkit::unique_name("chart")},
-                 "processor": {"stdout": {}}}
-    }))
-    .unwrap();
-    Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &watched)
-        .create(&PostParams::default(), &consumer)
-        .await
-        .unwrap();
+    let consumer = support::consumer(
+        "orders",
+        json!({"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": leasehold_testkit::unique_name("chart")},
+               "processor": {"stdout": {}}}),
+    );
+    let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &watched);
+    consumers.create(&PostParams::default(), &consumer).await.unwrap();
     let deployments = Api::<Deployment>::namespaced(client.clone(), &watched);
-    let status = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &watched);
     wait("workers deployed and status written under the chart's RBAC", Duration::from_secs(30), || async {
         deployments.get_opt("orders-workers").await.ok().flatten().is_some()
-            && status
-                .get("orders")
-                .await
-                .ok()
-                .and_then(|c| c.status)
-                .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "TableReady" && c.status == "True"))
+            && support::condition(&consumers, "orders", "TableReady").await.is_some_and(|c| c.0 == "True")
     })
     .await;
     let _ = operator.kill();

@@ -49,10 +49,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         assert!(tags.contains(&(key.to_string(), value.clone())), "tag {key}={value} missing in {tags:?}");
     }
 
-    wait("deployment with 2 replicas", SLOW, || async {
-        ns.deployments().get_opt("orders-workers").await.ok().flatten().and_then(|d| d.spec?.replicas) == Some(2)
-    })
-    .await;
+    wait("deployment with 2 replicas", SLOW, || async { ns.replicas("orders-workers").await == Some(2) }).await;
     let deployment = ns.deployments().get("orders-workers").await.unwrap();
     let owner = &deployment.owner_references()[0];
     assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("StreamConsumer", "orders", Some(true)));
@@ -148,11 +145,9 @@ async fn autoscaling_follows_a_split() {
     )
     .await
     .expect("create");
-    let replicas =
-        || async { ns.deployments().get_opt("scaled-workers").await.ok().flatten().and_then(|d| d.spec?.replicas) };
-    wait("2 workers for 2 shards", SLOW, || async { replicas().await == Some(2) }).await;
+    wait("2 workers for 2 shards", SLOW, || async { ns.replicas("scaled-workers").await == Some(2) }).await;
     leasehold_testkit::kinesis::split(&kinesis, &stream, "shardId-000000000000").await;
-    wait("3 workers for 3 open shards", SLOW, || async { replicas().await == Some(3) }).await;
+    wait("3 workers for 3 open shards", SLOW, || async { ns.replicas("scaled-workers").await == Some(3) }).await;
     wait("status shows 3 open shards", SLOW, || async {
         ns.consumers().get("scaled").await.ok().and_then(|c| c.status).and_then(|s| s.open_shards) == Some(3)
     })
@@ -184,10 +179,7 @@ async fn kubectl_scale_drives_the_workers_when_autoscaling_is_off() {
         .await
         .expect("scale");
     assert_eq!(ns.consumers().get("fixed").await.unwrap().spec.workers.replicas, Some(4));
-    wait("deployment scaled to 4", SLOW, || async {
-        ns.deployments().get_opt("fixed-workers").await.ok().flatten().and_then(|d| d.spec?.replicas) == Some(4)
-    })
-    .await;
+    wait("deployment scaled to 4", SLOW, || async { ns.replicas("fixed-workers").await == Some(4) }).await;
 }
 
 #[tokio::test]

@@ -31,13 +31,7 @@ fn deliveries(kubelet: &Kubelet) -> (usize, HashSet<String>) {
 async fn apply_process_split_rebalance_delete() {
     let client = support::client().await;
     support::install_crd(&client).await;
-    let ns = leasehold_testkit::unique_name("e2e").to_lowercase();
-    let namespace: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(json!({"metadata": {"name": ns}})).unwrap();
-    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .unwrap();
+    let ns = support::create_namespace(&client, "e2e", false).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "e2e", 2).await;
@@ -47,29 +41,23 @@ async fn apply_process_split_rebalance_delete() {
     let kubelet = Kubelet::start(client.clone(), &ns, "app.kubernetes.io/name=leasehold-worker");
 
     // kubectl apply
-    let consumer: leasehold_crds::StreamConsumer = serde_json::from_value(json!({
-        "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer", "metadata": {"name": "orders"},
-        "spec": {
+    let consumer = support::consumer(
+        "orders",
+        json!({
             "streams": [{"name": stream}], "aws": aws(),
             "leaseTable": {"name": table, "deletionPolicy": "Delete"},
             "workers": {"autoscaling": {"shardsPerWorker": 1, "minReplicas": 1, "maxReplicas": 5}},
             "startPosition": "TRIM_HORIZON",
             "lease": {"duration": "2s", "renewInterval": "500ms", "scanInterval": "250ms", "shardSyncInterval": "1s"},
             "processor": {"stdout": {}}
-        }
-    }))
-    .unwrap();
+        }),
+    );
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
 
     wait("two worker processes", SLOW, || async { kubelet.pods().len() == 2 }).await;
     wait("Ready", SLOW, || async {
-        consumers
-            .get("orders")
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        support::condition(&consumers, "orders", "Ready").await.is_some_and(|c| c.0 == "True")
     })
     .await;
     let first: Vec<_> = (0..30).flat_map(|n| (0..20).map(move |k| numbered(&format!("key-{k}"), n))).collect();

@@ -5,9 +5,7 @@ mod support;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
-use kube::api::PostParams;
 use leasehold_operator::leader::{Election, lead, step_down, try_lead};
 use tokio_util::sync::CancellationToken;
 
@@ -22,9 +20,7 @@ fn election(ns: &str, who: &str) -> Election {
 #[tokio::test]
 async fn one_leader_at_a_time_with_handover_on_step_down_and_expiry() {
     let client = support::client().await;
-    let ns = leasehold_testkit::unique_name("leader").to_lowercase();
-    let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.unwrap();
+    let ns = support::create_namespace(&client, "leader", false).await;
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
 
     let (a, b) = (election(&ns, "a"), election(&ns, "b"));

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::{PutRecordsRequestEntry, ShardIteratorType, StreamStatus};
+use aws_sdk_kinesis::types::{PutRecordsRequestEntry, Record, ShardIteratorType, StreamStatus};
 
 /// Record `n` of key `key`, as the tests write it: data `"<key>:<n>"`, partition key `key`.
 pub fn numbered(key: &str, n: u64) -> (String, Vec<u8>) {
@@ -56,7 +56,7 @@ pub async fn wait_active(client: &Client, stream: &str) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    panic!("stream {stream} did not become ACTIVE");
+    panic!("stream {stream} did not become ACTIVE within 10 s");
 }
 
 /// The open shards of `stream` with their hash key ranges (start, end).
@@ -126,23 +126,31 @@ pub struct StoredRecord {
     pub data: String,
 }
 
+/// Every record now in `shard` of `stream`, from TRIM_HORIZON up to the first empty page, as the SDK
+/// returns them (payloads as raw bytes).
+pub async fn read_shard(client: &Client, stream: &str, shard: &str) -> Vec<Record> {
+    let mut records = Vec::new();
+    let mut iterator = trim_horizon(client, stream, shard).await;
+    while let Some(current) = iterator {
+        let out = client.get_records().shard_iterator(current).send().await.expect("get records");
+        if out.records.is_empty() {
+            break;
+        }
+        records.extend(out.records);
+        iterator = out.next_shard_iterator;
+    }
+    records
+}
+
 /// Every record now in the open shards of `stream`, shard by shard, in shard order.
 pub async fn read_all(client: &Client, stream: &str) -> Vec<StoredRecord> {
     let mut all = Vec::new();
     for (shard, _, _) in open_shards(client, stream).await {
-        let mut iterator = trim_horizon(client, stream, &shard).await;
-        while let Some(current) = iterator {
-            let out = client.get_records().shard_iterator(current).send().await.expect("get records");
-            if out.records.is_empty() {
-                break;
-            }
-            all.extend(out.records.into_iter().map(|r| StoredRecord {
-                partition_key: r.partition_key,
-                sequence_number: r.sequence_number,
-                data: String::from_utf8_lossy(r.data.as_ref()).into_owned(),
-            }));
-            iterator = out.next_shard_iterator;
-        }
+        all.extend(read_shard(client, stream, &shard).await.into_iter().map(|r| StoredRecord {
+            partition_key: r.partition_key,
+            sequence_number: r.sequence_number,
+            data: String::from_utf8_lossy(r.data.as_ref()).into_owned(),
+        }));
     }
     all
 }

@@ -177,20 +177,19 @@ pub async fn create_lease_table(client: &aws_sdk_dynamodb::Client, prefix: &str)
 /// name.
 pub async fn create_stream(client: &aws_sdk_kinesis::Client, prefix: &str, shards: i32) -> String {
     let name = unique_name(prefix);
+    create_named_stream(client, &name, shards).await;
+    name
+}
+
+/// Creates the stream `name` (which the caller made unique, e.g. from [`unique_name`]) with `shards`
+/// shards, and waits until it is ACTIVE.
+pub async fn create_named_stream(client: &aws_sdk_kinesis::Client, name: &str, shards: i32) {
     client
         .create_stream()
-        .stream_name(&name)
+        .stream_name(name)
         .shard_count(shards)
         .send()
         .await
         .unwrap_or_else(|e| panic!("create stream {name}: {e:?}"));
-    for _ in 0..200 {
-        let summary = client.describe_stream_summary().stream_name(&name).send().await;
-        let status = summary.ok().and_then(|s| s.stream_description_summary).map(|s| s.stream_status);
-        if status == Some(aws_sdk_kinesis::types::StreamStatus::Active) {
-            return name;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("stream {name} did not become ACTIVE within 10 s");
+    kinesis::wait_active(client, name).await;
 }

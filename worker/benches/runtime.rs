@@ -148,9 +148,11 @@ async fn dynamodb_requests(shards: i32, seconds: u64, traffic: bool) -> (f64, St
     let table = leasehold_testkit::unique_name("bench-cost");
     let upstream = leasehold_testkit::endpoint(leasehold_testkit::Service::DynamoDb);
     let proxy = FaultProxy::start(&upstream, Arc::new(|_, _| None)).await;
-    let real = format!("dynamodbEndpoint: '{upstream}'");
-    let config = default_config(&stream, &table, "startPosition: LATEST\n")
-        .replace(&real, &format!("dynamodbEndpoint: '{}'", proxy.endpoint()));
+    let config = common::with_endpoint(
+        &default_config(&stream, &table, "startPosition: LATEST\n"),
+        leasehold_testkit::Service::DynamoDb,
+        &proxy.endpoint(),
+    );
     let workers = [spawn(&config, "cost-a"), spawn(&config, "cost-b")];
     wait_for("balanced", Duration::from_secs(60), || {
         workers.iter().all(|w| w.held_shards().len() == shards as usize / 2)

@@ -11,6 +11,11 @@ use prometheus_client::registry::Registry;
 /// Labels of a per-shard or per-outcome series.
 type Labels = Vec<(&'static str, String)>;
 
+/// The labels of the series for `policy` (`records_exhausted`) or `shard` (`millis_behind_latest`).
+fn label(name: &'static str, value: &str) -> Labels {
+    vec![(name, value.to_string())]
+}
+
 /// Every metric a worker exports, registered under the `leasehold_` prefix.
 #[derive(Debug)]
 pub struct Metrics {
@@ -39,9 +44,8 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("leasehold");
-        let metrics = Self {
-            registry: Registry::default(),
+        let mut metrics = Self {
+            registry: Registry::with_prefix("leasehold"),
             records_processed: Counter::default(),
             records_failed: Counter::default(),
             records_retried: Counter::default(),
@@ -54,6 +58,7 @@ impl Default for Metrics {
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
+        let registry = &mut metrics.registry;
         registry.register("records_processed", "Records processed successfully", metrics.records_processed.clone());
         registry.register("records_failed", "Failed processing attempts", metrics.records_failed.clone());
         registry.register("records_retried", "Attempts retried in place", metrics.records_retried.clone());
@@ -71,29 +76,29 @@ impl Default for Metrics {
             "Milliseconds behind the tip at the last GetRecords, per shard",
             metrics.millis_behind_latest.clone(),
         );
-        Self { registry, ..metrics }
+        metrics
     }
 }
 
 impl Metrics {
     /// Counts a record whose attempts ran out and to which `policy` was applied.
     pub fn exhausted(&self, policy: &'static str) {
-        self.records_exhausted.get_or_create(&vec![("policy", policy.to_string())]).inc();
+        self.records_exhausted.get_or_create(&label("policy", policy)).inc();
     }
 
     /// How many records `policy` was applied to so far.
     pub fn exhausted_count(&self, policy: &'static str) -> u64 {
-        self.records_exhausted.get_or_create(&vec![("policy", policy.to_string())]).get()
+        self.records_exhausted.get_or_create(&label("policy", policy)).get()
     }
 
     /// Sets how far behind the tip `shard` was at its last read.
     pub fn behind(&self, shard: &str, millis: i64) {
-        self.millis_behind_latest.get_or_create(&vec![("shard", shard.to_string())]).set(millis);
+        self.millis_behind_latest.get_or_create(&label("shard", shard)).set(millis);
     }
 
     /// Forgets `shard`'s series once this worker no longer reads it.
     pub fn forget_shard(&self, shard: &str) {
-        self.millis_behind_latest.remove(&vec![("shard", shard.to_string())]);
+        self.millis_behind_latest.remove(&label("shard", shard));
     }
 
     /// Marks the worker ready (its coordinator runs) or not.

@@ -138,8 +138,8 @@ pub async fn run_with_metrics(
             max_records: spec.reader.max_records.unwrap_or(1000),
             idle_time: durations.idle_time,
             checkpoint_interval: durations.checkpoint_interval,
-            min_call_gap: Duration::from_millis(200),
             dispatch: dispatch_settings(&config),
+            ..ReaderSettings::default()
         },
         assigned,
     };

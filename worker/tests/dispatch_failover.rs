@@ -17,18 +17,15 @@ use axum::routing::post;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
+use leasehold_testkit::server::LocalServer;
 use rand::Rng;
 
 /// (worker, data) per acknowledged request, in arrival order.
 type Acks = Arc<Mutex<Vec<(String, String)>>>;
 
-fn number(data: &str) -> u64 {
-    data.rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("bad data {data}"))
-}
-
-/// A server on a free loopback port acknowledging `POST /{worker}` after `delay(data)`; returns its
-/// base URL.
-async fn slow_server(acks: Acks, delay: fn(&str) -> Duration) -> String {
+/// A server on a free loopback port acknowledging `POST /{worker}` after `delay(data)`; serves until
+/// dropped.
+async fn slow_server(acks: Acks, delay: fn(&str) -> Duration) -> LocalServer {
     let router = Router::new()
         .route(
             "/{worker}",
@@ -40,10 +37,7 @@ async fn slow_server(acks: Acks, delay: fn(&str) -> Duration) -> String {
             }),
         )
         .with_state(acks);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let base = format!("http://{}", listener.local_addr().expect("address"));
-    tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
-    base
+    LocalServer::start(router).await
 }
 
 /// 0-15 ms at random: records finish out of order.
@@ -60,17 +54,13 @@ fn http_config(base_config: &str, base: &str, name: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
     let acks: Acks = Arc::default();
-    let base = slow_server(acks.clone(), random_delay).await;
+    let server = slow_server(acks.clone(), random_delay).await;
 
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "fanout", 4).await;
     let table = leasehold_testkit::unique_name("fanout");
     let base_config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 8\n");
-    let worker = |name: &str| {
-        let config = base_config
-            .replace("processor: {stdout: {}}", &format!("processor: {{http: {{url: '{base}/{name}', timeout: 2s}}}}"));
-        spawn(&config, &format!("fanout-{name}"))
-    };
+    let worker = |name: &str| spawn(&http_config(&base_config, &server.endpoint(), name), &format!("fanout-{name}"));
     let producer = Producer::start(kinesis.clone(), &stream, 40, Duration::from_millis(40));
     let mut killed = worker("a");
     let stopped = worker("b");
@@ -97,7 +87,7 @@ async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
     let mut last: HashMap<(String, String), u64> = HashMap::new();
     for (worker, data) in &acks {
         let key = data.rsplit_once(':').map(|(k, _)| k.to_string()).unwrap_or_default();
-        let n = number(data);
+        let n = data_number(data);
         if let Some(previous) = last.insert((worker.clone(), key.clone()), n) {
             assert!(n > previous, "worker {worker}: key {key} went {previous} -> {n}");
         }
@@ -116,15 +106,15 @@ async fn a_parent_ends_only_once_its_records_are_done_and_keys_keep_order_into_c
     let acks: Acks = Arc::default();
     // The parent's last records take 700 ms, longer than the 200 ms between GetRecords calls: its end
     // is reached while they run, and it must not end (nor its children start) before they finish.
-    let base = slow_server(acks.clone(), |data| {
-        if number(data) == LAST_PARENT_ROUND { Duration::from_millis(700) } else { random_delay(data) }
+    let server = slow_server(acks.clone(), |data| {
+        if data_number(data) == LAST_PARENT_ROUND { Duration::from_millis(700) } else { random_delay(data) }
     })
     .await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "fansplit", 2).await;
     let table = leasehold_testkit::unique_name("fansplit");
     let base_config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 8\n");
-    let worker = spawn(&http_config(&base_config, &base, "solo"), "fansplit-solo");
+    let worker = spawn(&http_config(&base_config, &server.endpoint(), "solo"), "fansplit-solo");
     let before = records(20, 0, LAST_PARENT_ROUND + 1);
     put_records(&kinesis, &stream, &before).await;
     leasehold_testkit::kinesis::split(&kinesis, &stream, "shardId-000000000000").await;
@@ -143,7 +133,7 @@ async fn a_parent_ends_only_once_its_records_are_done_and_keys_keep_order_into_c
     let mut last: HashMap<String, u64> = HashMap::new();
     for (_, data) in &acks {
         let key = data.rsplit_once(':').map(|(k, _)| k.to_string()).unwrap_or_default();
-        let n = number(data);
+        let n = data_number(data);
         if let Some(previous) = last.insert(key.clone(), n) {
             assert!(n > previous, "key {key} went {previous} -> {n} (across the split?)");
         }

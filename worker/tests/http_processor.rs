@@ -18,6 +18,7 @@ use axum::routing::post;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
+use leasehold_testkit::server::LocalServer;
 use leasehold_worker::processor::{
     BATCH_CONTENT_TYPE, HttpBatching, HttpProcessor, Outputs, ProcessError, Record, RecordProcessor,
 };
@@ -31,14 +32,6 @@ struct Seen {
 }
 
 type Log = Arc<Mutex<Vec<Seen>>>;
-
-/// Serves `router` on 127.0.0.1, port 0; returns its base URL.
-async fn serve(router: Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let address = listener.local_addr().expect("address");
-    tokio::spawn(async move { axum::serve(listener, router).await.expect("serve") });
-    format!("http://{address}")
-}
 
 fn remember(log: &Log, headers: &HeaderMap, body: &Bytes, status: StatusCode) -> StatusCode {
     let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("?").to_string())).collect();
@@ -118,7 +111,8 @@ async fn posts_a_cloudevent_and_classifies_every_answer() {
             }),
         )
         .with_state(log.clone());
-    let base = serve(router).await;
+    let server = LocalServer::start(router).await;
+    let base = server.endpoint();
     let timeout = Duration::from_millis(300);
     let processor = |path: &str| HttpProcessor::new(&format!("{base}{path}"), timeout).expect("processor");
 
@@ -146,8 +140,7 @@ async fn posts_a_cloudevent_and_classifies_every_answer() {
     let error = processor("/slow").process(&record("x")).await.expect_err("timeout fails");
     assert!(error.retryable && started.elapsed() < Duration::from_secs(2), "{error:?}");
     // A port nobody listens on: connection refused.
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
-    let refused = HttpProcessor::new(&format!("http://{closed}/"), timeout).unwrap();
+    let refused = HttpProcessor::new(&format!("{}/", leasehold_testkit::closed_endpoint().await), timeout).unwrap();
     let error = refused.process(&record("x")).await.expect_err("no server");
     assert!(error.retryable, "{error:?}");
 }
@@ -173,8 +166,8 @@ async fn a_worker_delivers_a_stream_through_a_failing_server_in_key_order() {
             }),
         )
         .with_state(log.clone());
-    let base = serve(router).await;
-    let http = format!("{{url: '{base}/records', timeout: 2s}}");
+    let server = LocalServer::start(router).await;
+    let http = format!("{{url: '{}/records', timeout: 2s}}", server.endpoint());
     let acknowledged = || log.lock().unwrap().iter().filter(|s| s.status.is_success()).count();
     let _worker = run_http_worker("http", &http, 3, acknowledged).await;
     let seen = log.lock().unwrap().clone();
@@ -223,7 +216,7 @@ type Batches = Arc<Mutex<Vec<SeenBatch>>>;
 type Answer = Arc<dyn Fn(usize, &[serde_json::Value], &[SeenBatch]) -> (StatusCode, serde_json::Value) + Send + Sync>;
 
 /// A local server taking batches at `/batch`, answering with `answer` and remembering each batch.
-async fn batch_server(answer: Answer) -> (leasehold_testkit::server::LocalServer, Batches) {
+async fn batch_server(answer: Answer) -> (LocalServer, Batches) {
     let batches: Batches = Arc::default();
     let seen = batches.clone();
     let router = Router::new().route(
@@ -245,11 +238,11 @@ async fn batch_server(answer: Answer) -> (leasehold_testkit::server::LocalServer
             }
         }),
     );
-    let server = leasehold_testkit::server::LocalServer::start(router).await;
+    let server = LocalServer::start(router).await;
     (server, batches)
 }
 
-fn batched(server: &leasehold_testkit::server::LocalServer, max_records: usize) -> Arc<HttpProcessor> {
+fn batched(server: &LocalServer, max_records: usize) -> Arc<HttpProcessor> {
     let processor = HttpProcessor::new(&format!("{}/batch", server.endpoint()), Duration::from_secs(2)).unwrap();
     Arc::new(processor.with_batching(HttpBatching { max_records, max_delay: Duration::from_millis(50) }))
 }

@@ -87,7 +87,7 @@ fn new_lease(key: &LeaseKey) -> NewLease {
 
 async fn created(store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
     assert!(store.create_if_absent(&new_lease(key)).await.expect("create"));
-    store.get(key).await.expect("get").expect("row exists")
+    read(store, key).await
 }
 
 async fn read(store: &dyn LeaseStore, key: &LeaseKey) -> Lease {

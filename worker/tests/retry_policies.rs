@@ -10,9 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_kinesis::types::ShardIteratorType;
 use common::*;
-use leasehold_testkit::kinesis::put_records;
+use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_worker::config::WorkerConfig;
 use leasehold_worker::dispatch::open_requeued;
 use leasehold_worker::metrics::Metrics;
@@ -118,25 +117,8 @@ async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -
 
 /// Every record on `stream`'s first shard: (partition key, data).
 async fn read_stream(client: &aws_sdk_kinesis::Client, stream: &str) -> Vec<(String, Vec<u8>)> {
-    let shards = client.list_shards().stream_name(stream).send().await.expect("list shards");
-    let shard = shards.shards.unwrap_or_default().remove(0).shard_id;
-    let mut iterator = client
-        .get_shard_iterator()
-        .stream_name(stream)
-        .shard_id(shard)
-        .shard_iterator_type(ShardIteratorType::TrimHorizon)
-        .send()
-        .await
-        .expect("iterator")
-        .shard_iterator;
-    let mut out = Vec::new();
-    while let Some(current) = iterator {
-        let page = client.get_records().shard_iterator(current).send().await.expect("get records");
-        let empty = page.records.is_empty();
-        out.extend(page.records.into_iter().map(|r| (r.partition_key, r.data.into_inner())));
-        iterator = if empty { None } else { page.next_shard_iterator };
-    }
-    out
+    let (shard, _, _) = open_shards(client, stream).await.remove(0);
+    read_shard(client, stream, &shard).await.into_iter().map(|r| (r.partition_key, r.data.into_inner())).collect()
 }
 
 const KEYS: usize = 5;

@@ -12,11 +12,6 @@ use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
 use leasehold_testkit::proxy::FaultProxy;
 
-fn with_kinesis_endpoint(config: &str, endpoint: &str) -> String {
-    let real = leasehold_testkit::endpoint(leasehold_testkit::Service::Kinesis);
-    config.replace(&format!("kinesisEndpoint: '{real}'"), &format!("kinesisEndpoint: '{endpoint}'"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn throttling_and_expired_iterators_lose_and_repeat_nothing() {
     let kinesis = leasehold_testkit::kinesis_client().await;
@@ -36,8 +31,9 @@ async fn throttling_and_expired_iterators_lose_and_repeat_nothing() {
     )
     .await;
     let table = leasehold_testkit::unique_name("faults");
-    let config = with_kinesis_endpoint(
+    let config = with_endpoint(
         &config(&stream, Some(&table), "startPosition: TRIM_HORIZON\nreader: {idleTime: 100ms, maxRecords: 25}\n"),
+        leasehold_testkit::Service::Kinesis,
         &proxy.endpoint(),
     );
     let worker = spawn(&config, "faults-1");
@@ -72,8 +68,7 @@ async fn a_missing_stream_is_reported_and_picked_up_once_created() {
         worker.stderr_text().contains("cannot list shards") && worker.stderr_text().contains(&missing)
     });
     // Create it under the awaited name: the next shard sync picks it up.
-    kinesis.create_stream().stream_name(&missing).shard_count(1).send().await.expect("create");
-    leasehold_testkit::kinesis::wait_active(&kinesis, &missing).await;
+    leasehold_testkit::create_named_stream(&kinesis, &missing, 1).await;
     let later = records(5, 100, 5);
     put_records(&kinesis, &missing, &later).await;
     wait_for("new stream read", Duration::from_secs(30), || {
@@ -87,8 +82,7 @@ async fn streams_matching_a_pattern_are_read_including_new_ones() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let prefix = leasehold_testkit::unique_name("pattern");
     let a = format!("{prefix}-a");
-    kinesis.create_stream().stream_name(&a).shard_count(1).send().await.expect("create");
-    leasehold_testkit::kinesis::wait_active(&kinesis, &a).await;
+    leasehold_testkit::create_named_stream(&kinesis, &a, 1).await;
     let table = leasehold_testkit::unique_name("pattern");
     let config = config("unused", Some(&table), "startPosition: TRIM_HORIZON\n")
         .replace("streams: [{name: unused}]", &format!("streamPattern: '^{prefix}-'"));
@@ -96,8 +90,7 @@ async fn streams_matching_a_pattern_are_read_including_new_ones() {
     put_records(&kinesis, &a, &records(3, 0, 3)).await;
     wait_for("first stream read", Duration::from_secs(30), || worker.deliveries().iter().any(|d| d.stream == a));
     let b = format!("{prefix}-b");
-    kinesis.create_stream().stream_name(&b).shard_count(1).send().await.expect("create");
-    leasehold_testkit::kinesis::wait_active(&kinesis, &b).await;
+    leasehold_testkit::create_named_stream(&kinesis, &b, 1).await;
     put_records(&kinesis, &b, &records(3, 10, 3)).await;
     wait_for("new matching stream read", Duration::from_secs(30), || {
         worker.deliveries().iter().filter(|d| d.stream == b).count() >= 9

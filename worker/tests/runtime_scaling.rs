@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use common::*;
-use leasehold_testkit::kinesis::{merge, open_shards, split};
+use leasehold_testkit::kinesis::{merge, open_shards, put_records, split};
 use leasehold_testkit::process::wait_for;
 use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 
@@ -69,7 +69,7 @@ async fn split_and_merge_keep_key_order_and_lose_nothing() {
     sorted.sort_by_key(|d| d.seen_at);
     for d in &sorted {
         if seen.insert(d.data.clone()) {
-            let n: u64 = d.data.rsplit(':').next().unwrap().parse().unwrap();
+            let n = data_number(&d.data);
             first_seen.entry(d.partition_key.clone()).or_default().push((d.seen_at, n, d.shard_id.clone()));
         }
     }
@@ -138,15 +138,14 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "memory", 2).await;
     let before = records(5, 0, 4);
-    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &before).await;
+    put_records(&kinesis, &stream, &before).await;
     let latest = config(&stream, None, "");
-    let run = |cfg: &str, owner: &str| spawn(cfg, owner);
 
-    let mut first = run(&latest, "mem-1");
+    let mut first = spawn(&latest, "mem-1");
     wait_for("holds both shards", Duration::from_secs(20), || first.held_shards().len() == 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let during = records(5, 100, 2);
-    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &during).await;
+    put_records(&kinesis, &stream, &during).await;
     wait_for("new records delivered", Duration::from_secs(20), || distinct(&first.deliveries()).len() >= during.len());
     first.signal("TERM");
     first.wait_exit(Duration::from_secs(10)).expect("exits");
@@ -159,19 +158,19 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
 
     // A restart remembers nothing: it starts at the tip again.
     let while_down = records(5, 200, 2);
-    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &while_down).await;
-    let second = run(&latest, "mem-2");
+    put_records(&kinesis, &stream, &while_down).await;
+    let second = spawn(&latest, "mem-2");
     wait_for("holds both shards", Duration::from_secs(20), || second.held_shards().len() == 2);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = records(5, 300, 2);
-    leasehold_testkit::kinesis::put_records(&kinesis, &stream, &after).await;
+    put_records(&kinesis, &stream, &after).await;
     wait_for("new records delivered", Duration::from_secs(20), || distinct(&second.deliveries()).len() >= after.len());
     let delivered = distinct(&second.deliveries());
     assert!(while_down.iter().all(|(_, d)| !delivered.contains(&String::from_utf8_lossy(d).into_owned())));
     assert_complete(&second.deliveries(), &after);
 
     // With startPosition TRIM_HORIZON a restart reads everything retained.
-    let third = run(&config(&stream, None, "startPosition: TRIM_HORIZON\n"), "mem-3");
+    let third = spawn(&config(&stream, None, "startPosition: TRIM_HORIZON\n"), "mem-3");
     let everything: Vec<_> = before.iter().chain(&during).chain(&while_down).chain(&after).cloned().collect();
     wait_for("everything delivered", Duration::from_secs(20), || {
         distinct(&third.deliveries()).len() >= everything.len()

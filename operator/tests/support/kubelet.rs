@@ -11,8 +11,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
+use leasehold_operator::build::{CONFIG_KEY, CONFIG_VOLUME, WORKER_CONTAINER};
 use leasehold_testkit::process::WorkerProcess;
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 /// The worker binary built next to the test (`cargo test --workspace` builds it).
@@ -94,11 +94,7 @@ async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, 
         }
         if let Some(process) = start(config_maps, &pod).await {
             running.lock().expect("running").insert(pod.name_any(), process);
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let status = json!({"status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}
-            ]}});
+            let status = super::ready_pod_status();
             let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
         }
     }
@@ -108,10 +104,10 @@ async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, 
 /// read from the ConfigMap its volume names.
 async fn start(config_maps: &Api<ConfigMap>, pod: &Pod) -> Option<WorkerProcess> {
     let spec = pod.spec.as_ref()?;
-    let container = spec.containers.iter().find(|c| c.name == "worker")?;
-    let volume = spec.volumes.as_ref()?.iter().find(|v| v.name == "worker-config")?;
+    let container = spec.containers.iter().find(|c| c.name == WORKER_CONTAINER)?;
+    let volume = spec.volumes.as_ref()?.iter().find(|v| v.name == CONFIG_VOLUME)?;
     let config_map = config_maps.get(&volume.config_map.as_ref()?.name).await.ok()?;
-    let config = config_map.data?.get("worker.yaml")?.clone();
+    let config = config_map.data?.get(CONFIG_KEY)?.clone();
     let mut env: HashMap<String, String> = HashMap::new();
     for var in container.env.clone().unwrap_or_default() {
         let from_pod_name =

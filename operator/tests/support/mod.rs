@@ -76,18 +76,7 @@ impl TestNamespace {
     pub async fn new(prefix: &str) -> Self {
         let client = client().await;
         install_crd(&client).await;
-        let name = leasehold_testkit::unique_name(prefix).to_lowercase();
-        let namespace: Namespace = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {
-                "pod-security.kubernetes.io/enforce": "restricted",
-                "pod-security.kubernetes.io/enforce-version": "latest"
-            }}
-        }))
-        .expect("namespace");
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &namespace)
-            .await
-            .expect("create namespace");
+        let name = create_namespace(&client, prefix, true).await;
         // The controller-manager creates the default ServiceAccount, without which no pod is admitted.
         wait("default service account", Duration::from_secs(20), || async {
             Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &name)
@@ -119,12 +108,12 @@ impl TestNamespace {
 
     /// Creates a StreamConsumer from a JSON spec.
     pub async fn create(&self, name: &str, spec: serde_json::Value) -> Result<StreamConsumer, kube::Error> {
-        let consumer: StreamConsumer = serde_json::from_value(json!({
-            "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer",
-            "metadata": {"name": name}, "spec": spec
-        }))
-        .expect("consumer");
-        self.consumers().create(&PostParams::default(), &consumer).await
+        self.consumers().create(&PostParams::default(), &consumer(name, spec)).await
+    }
+
+    /// The replicas of the worker Deployment `name`, once it exists.
+    pub async fn replicas(&self, name: &str) -> Option<i32> {
+        self.deployments().get_opt(name).await.ok().flatten().and_then(|d| d.spec?.replicas)
     }
 
     /// Plays the kubelet's part for the worker pods of `consumer`: marks every pod Running and Ready.
@@ -132,21 +121,55 @@ impl TestNamespace {
         let pods = Api::<Pod>::namespaced(self.client.clone(), &self.name);
         let selector = format!("leasehold.io/consumer={consumer}");
         for pod in pods.list(&ListParams::default().labels(&selector)).await.expect("pods").items {
-            let now = k8s_openapi::jiff::Timestamp::now().to_string();
-            let status = json!({"status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True", "lastTransitionTime": now},
-                {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}
-            ]}});
-            let _ = pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(&status)).await;
+            let _ =
+                pods.patch_status(&pod.name_any(), &PatchParams::default(), &Patch::Merge(ready_pod_status())).await;
         }
     }
 
     /// The condition `kind` of `consumer` as (status, reason).
     pub async fn condition(&self, consumer: &str, kind: &str) -> Option<(String, String)> {
-        let current = self.consumers().get_opt(consumer).await.ok().flatten()?;
-        let conditions = current.status?.conditions;
-        conditions.into_iter().find(|c| c.type_ == kind).map(|c| (c.status, c.reason))
+        condition(&self.consumers(), consumer, kind).await
     }
+}
+
+/// Creates a namespace named after `prefix` (enforcing the restricted Pod Security Standard when
+/// `restricted`) and returns its name.
+pub async fn create_namespace(client: &Client, prefix: &str, restricted: bool) -> String {
+    let name = leasehold_testkit::unique_name(prefix).to_lowercase();
+    let labels = if restricted {
+        json!({"pod-security.kubernetes.io/enforce": "restricted", "pod-security.kubernetes.io/enforce-version": "latest"})
+    } else {
+        json!({})
+    };
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).expect("namespace");
+    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &namespace).await.expect("create namespace");
+    name
+}
+
+/// A StreamConsumer named `name` with a JSON spec, as `kubectl apply` would send it.
+pub fn consumer(name: &str, spec: serde_json::Value) -> StreamConsumer {
+    serde_json::from_value(json!({
+        "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer",
+        "metadata": {"name": name}, "spec": spec
+    }))
+    .expect("consumer")
+}
+
+/// The condition `kind` of consumer `name` as (status, reason).
+pub async fn condition(consumers: &Api<StreamConsumer>, name: &str, kind: &str) -> Option<(String, String)> {
+    let current = consumers.get_opt(name).await.ok().flatten()?;
+    let conditions = current.status?.conditions;
+    conditions.into_iter().find(|c| c.type_ == kind).map(|c| (c.status, c.reason))
+}
+
+/// The status patch of a pod that runs and is ready (what a kubelet would report).
+pub fn ready_pod_status() -> serde_json::Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    json!({"status": {"phase": "Running", "conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": now},
+        {"type": "ContainersReady", "status": "True", "lastTransitionTime": now}
+    ]}})
 }
 
 impl Drop for TestNamespace {

@@ -28,14 +28,6 @@ impl Fault {
             "ProvisionedThroughputExceededException" | "ThrottlingException" | "RequestLimitExceeded"
                 | "LimitExceededException" | "Throttling"))
     }
-
-    /// The service error code, if the service answered.
-    pub fn code(&self) -> Option<&str> {
-        match self {
-            Fault::Service { code, .. } => Some(code),
-            _ => None,
-        }
-    }
 }
 
 /// Sorts an SDK error of any AWS operation.

@@ -2,13 +2,11 @@
 //! stop using it, and the signal that it was lost. Every write on it goes through here, one at a time,
 //! so a checkpoint never races a renewal on the counter.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-
-use std::sync::Arc;
 
 use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
 
@@ -151,10 +149,5 @@ impl HeldLease {
     /// Wall-clock time by the store's clock, epoch ms.
     pub fn wall_ms(&self) -> i64 {
         self.store.settings().clock.wall_ms()
-    }
-
-    /// The latest copy of the row.
-    pub async fn current(&self) -> Lease {
-        self.lease.lock().await.clone()
     }
 }

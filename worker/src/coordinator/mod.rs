@@ -18,7 +18,7 @@ use tracing::Instrument;
 use crate::discovery::ShardSync;
 use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
-use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
+use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore, Member};
 use crate::metrics::Metrics;
 use crate::processor::RecordProcessor;
 use crate::shard::{ReaderSettings, ShardExit, ShardReader};
@@ -58,8 +58,6 @@ pub struct Coordinator {
     kinesis: Kinesis,
     sync: ShardSync,
     runner: Arc<Runner>,
-    processor: Arc<dyn RecordProcessor>,
-    metrics: Arc<Metrics>,
     settings: CoordinatorSettings,
     running: HashMap<LeaseKey, Running>,
     requested: HashMap<LeaseKey, Instant>,
@@ -88,8 +86,6 @@ impl Coordinator {
             store,
             kinesis,
             sync,
-            processor: runner.processor().clone(),
-            metrics: runner.metrics().clone(),
             runner,
             settings,
             running: HashMap::new(),
@@ -105,6 +101,14 @@ impl Coordinator {
 
     fn owner(&self) -> &str {
         &self.store.settings().owner
+    }
+
+    fn processor(&self) -> &dyn RecordProcessor {
+        self.runner.processor().as_ref()
+    }
+
+    fn metrics(&self) -> &Arc<Metrics> {
+        self.runner.metrics()
     }
 
     /// Runs until `shutdown` is cancelled, then finishes in-flight records (bounded by the graceful
@@ -169,7 +173,7 @@ impl Coordinator {
                 tracing::info!(shard = %key, to, "handing lease over on request");
                 running.give_to = Some(to);
                 running.stop.cancel();
-                self.processor.shard_revoked(&key).await;
+                self.processor().shard_revoked(&key).await;
             }
         }
         self.next_expiry = None;
@@ -199,7 +203,7 @@ impl Coordinator {
         }
     }
 
-    fn moves(&self, leases: &[Lease], members: &[crate::lease::Member], running: &HashSet<LeaseKey>) -> Moves {
+    fn moves(&self, leases: &[Lease], members: &[Member], running: &HashSet<LeaseKey>) -> Moves {
         match &self.settings.assigned {
             Some(assigned) => {
                 let take = leases
@@ -220,9 +224,9 @@ impl Coordinator {
         let key = lease.key.clone();
         tracing::info!(shard = %key, checkpoint = %lease.checkpoint, counter = lease.counter, "lease acquired");
         let held = Arc::new(HeldLease::new(self.store.clone(), lease.clone(), sent));
-        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, self.metrics.clone()));
+        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, self.metrics().clone()));
         let stop = CancellationToken::new();
-        self.processor.shard_assigned(&key).await;
+        self.processor().shard_assigned(&key).await;
         let reader = ShardReader {
             kinesis: self.kinesis.clone(),
             held: held.clone(),
@@ -243,20 +247,20 @@ impl Coordinator {
             .instrument(span),
         );
         self.running.insert(key, Running { held, stop, give_to: None, reader });
-        self.metrics.leases_held.set(self.running.len() as i64);
+        self.metrics().leases_held.set(self.running.len() as i64);
     }
 
     async fn on_exit(&mut self, key: LeaseKey, exit: ShardExit) {
         let Some(running) = self.running.remove(&key) else { return };
-        self.metrics.leases_held.set(self.running.len() as i64);
+        self.metrics().leases_held.set(self.running.len() as i64);
         let (final_checkpoint, to) = match exit {
             ShardExit::Lost => {
                 tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
-                self.processor.shard_lost(&key).await;
+                self.processor().shard_lost(&key).await;
                 return;
             }
             ShardExit::Ended => (None, None),
-            ShardExit::Stopped { last } => (Some(last), running.give_to.clone()),
+            ShardExit::Stopped { last } => (Some(last), running.give_to),
             ShardExit::Failed { reason, last } => {
                 tracing::error!(shard = %key, reason, "shard failed; releasing it");
                 (Some(last), None)
@@ -269,7 +273,7 @@ impl Coordinator {
         tracing::info!(owner = self.owner(), leases = self.running.len(), "shutting down: finishing in-flight records");
         for (key, running) in &self.running {
             running.stop.cancel();
-            self.processor.shard_revoked(key).await;
+            self.processor().shard_revoked(key).await;
         }
         let deadline = Instant::now() + self.settings.graceful_timeout;
         while !self.running.is_empty() {
@@ -286,7 +290,7 @@ impl Coordinator {
             let progress = running.held.progress();
             release(&running.held, Some(progress), None).await;
         }
-        self.metrics.leases_held.set(0);
+        self.metrics().leases_held.set(0);
         if self.settings.assigned.is_none()
             && let Err(e) = self.store.leave().await
         {

@@ -177,25 +177,17 @@ impl Runner {
         loop {
             attempt += 1;
             let mut outputs = Outputs::default();
-            let error = match self.processor.process_emitting(record, &mut outputs).await {
-                Ok(()) if outputs.is_empty() => {
+            let processed = match self.processor.process_emitting(record, &mut outputs).await {
+                Ok(()) => self.publish_outputs(outputs, stop).await,
+                Err(error) => Err(error),
+            };
+            let error = match processed {
+                Ok(true) => {
                     self.metrics.records_processed.inc();
                     return Outcome::Processed;
                 }
-                Ok(()) => match &self.output {
-                    Some((stream, fixed)) => {
-                        for output in outputs.into_vec() {
-                            let key = output.key(fixed.as_deref());
-                            if !self.publish(stream, &key, output.data, stop).await {
-                                // Stopped mid-way: the record is redelivered, its outputs published again.
-                                return Outcome::Abandoned;
-                            }
-                        }
-                        self.metrics.records_processed.inc();
-                        return Outcome::Processed;
-                    }
-                    None => ProcessError::permanent("the processor emitted outputs but spec.output names no stream"),
-                },
+                // Stopped mid-way: the record is redelivered, its outputs published again.
+                Ok(false) => return Outcome::Abandoned,
                 Err(error) => error,
             };
             self.metrics.records_failed.inc();
@@ -219,6 +211,24 @@ impl Runner {
         }
     }
 
+    /// Publishes a processed record's outputs to `output.stream`, in order: true once all are out (or
+    /// there are none), false if a graceful stop came first, an error if there is no output stream.
+    async fn publish_outputs(&self, outputs: Outputs, stop: &CancellationToken) -> Result<bool, ProcessError> {
+        if outputs.is_empty() {
+            return Ok(true);
+        }
+        let Some((stream, fixed)) = &self.output else {
+            return Err(ProcessError::permanent("the processor emitted outputs but spec.output names no stream"));
+        };
+        for output in outputs.into_vec() {
+            let key = output.key(fixed.as_deref());
+            if !self.publish(stream, &key, output.data, stop).await {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Applies the policy to a record whose attempts ran out.
     async fn dispose(
         &self,
@@ -229,10 +239,13 @@ impl Runner {
     ) -> Outcome {
         let policy = match self.policy.on_exhausted {
             OnExhausted::Requeue if history.requeues >= self.policy.max_requeues => {
-                let fallback = if self.policy.dead_letter_stream.is_some() { "deadLetter" } else { "skip" };
+                let (fallback, name) = match self.policy.dead_letter_stream {
+                    Some(_) => (OnExhausted::DeadLetter, "deadLetter"),
+                    None => (OnExhausted::Skip, "skip"),
+                };
                 tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
-                    requeues = history.requeues, fallback, "requeue limit reached");
-                if self.policy.dead_letter_stream.is_some() { OnExhausted::DeadLetter } else { OnExhausted::Skip }
+                    requeues = history.requeues, fallback = name, "requeue limit reached");
+                fallback
             }
             policy => policy,
         };

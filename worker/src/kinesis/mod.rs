@@ -223,9 +223,7 @@ impl Kinesis {
             .collect();
         Ok(Batch { records, next_iterator: out.next_shard_iterator, millis_behind: out.millis_behind_latest })
     }
-}
 
-impl Kinesis {
     /// Puts one record on `stream` (requeued copies, dead letters).
     pub async fn put_record(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<()> {
         self.client

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use super::key::LeaseKey;
+use super::row::Malformed;
 
 /// Result of a lease operation.
 pub type Result<T, E = LeaseError> = std::result::Result<T, E>;
@@ -109,6 +110,12 @@ pub enum LeaseError {
         /// Whether the service marks it as worth retrying (5xx).
         retryable: bool,
     },
+}
+
+impl From<Malformed> for LeaseError {
+    fn from(malformed: Malformed) -> Self {
+        LeaseError::Malformed { key: malformed.key, reason: malformed.reason }
+    }
 }
 
 impl LeaseError {

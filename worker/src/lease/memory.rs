@@ -11,7 +11,7 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row, member_key,
+    AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, decode_row, encode_new, member_key,
     member_row_key, raw_key,
 };
 use super::settings::LeaseSettings;
@@ -86,7 +86,7 @@ impl MemoryLeaseStore {
         }
         change(row);
         row.insert(attr::LEASE_COUNTER.into(), AttrValue::N((counter + 1).to_string()));
-        decode(row).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })
+        Ok(decode(row)?)
     }
 
     fn after_write(&self, key: &LeaseKey, result: Result<Lease>) -> Result<Lease> {
@@ -117,7 +117,7 @@ impl LeaseStore for MemoryLeaseStore {
     async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>> {
         let attrs = self.table.rows().get(&key.to_string()).cloned();
         let Some(attrs) = attrs else { return Ok(None) };
-        let lease = decode(&attrs).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })?;
+        let lease = decode(&attrs)?;
         self.observer.observe(&lease, self.settings.clock.monotonic());
         Ok(Some(lease))
     }
@@ -132,23 +132,14 @@ impl LeaseStore for MemoryLeaseStore {
         let mut page = LeasePage::default();
         let mut range = rows.range((lower, Bound::Unbounded)).peekable();
         for (key, attrs) in range.by_ref().take(limit) {
-            let row = if is_member_row(attrs) { decode_member(attrs).map(Err) } else { decode(attrs).map(Ok) };
-            match row {
-                Ok(Ok(lease)) => page.leases.push(lease),
-                Ok(Err(member)) => page.members.push(member),
-                Err(malformed) => page.malformed.push(malformed),
-            }
+            page.push(decode_row(attrs));
             page.next = Some(PageToken(key.clone()));
         }
         if range.peek().is_none() {
             page.next = None;
         }
         drop(rows);
-        let now = self.settings.clock.monotonic();
-        page.leases.iter().for_each(|lease| self.observer.observe(lease, now));
-        for member in &mut page.members {
-            member.alive = self.observer.member_alive(member, now, self.settings.duration);
-        }
+        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
         Ok(page)
     }
 
@@ -217,7 +208,7 @@ impl LeaseStore for MemoryLeaseStore {
             return Err(refused());
         }
         row.insert(attr::HANDOFF_TO.into(), AttrValue::S(self.settings.owner.clone()));
-        decode(row).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })
+        Ok(decode(row)?)
     }
 
     async fn delete(&self, seen: &Lease) -> Result<()> {

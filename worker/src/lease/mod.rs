@@ -47,6 +47,17 @@ pub struct LeasePage {
     pub next: Option<PageToken>,
 }
 
+impl LeasePage {
+    /// Adds one row as read to this page.
+    pub(crate) fn push(&mut self, row: std::result::Result<row::Row, Malformed>) {
+        match row {
+            Ok(row::Row::Lease(lease)) => self.leases.push(lease),
+            Ok(row::Row::Member(member)) => self.members.push(member),
+            Err(malformed) => self.malformed.push(malformed),
+        }
+    }
+}
+
 /// Rows read per page by [`LeaseStore::list`].
 pub const DEFAULT_PAGE_SIZE: i32 = 100;
 

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use super::LeasePage;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::row::{Lease, Member, member_key};
@@ -51,9 +52,18 @@ impl Observer {
 
     /// Records a membership row read at monotonic time `now` and says whether the worker is alive: its
     /// counter moved within the last lease duration (or was first seen less than one ago).
-    pub(crate) fn member_alive(&self, member: &Member, now: Duration, duration: Duration) -> bool {
+    fn member_alive(&self, member: &Member, now: Duration, duration: Duration) -> bool {
         let since = self.sighting(member_key(&member.owner), member.counter, now);
         now.saturating_sub(since) < duration
+    }
+
+    /// Records a page read at monotonic time `now`: every lease observed, every member judged alive or
+    /// not against `duration`.
+    pub(crate) fn observe_page(&self, page: &mut LeasePage, now: Duration, duration: Duration) {
+        page.leases.iter().for_each(|lease| self.observe(lease, now));
+        for member in &mut page.members {
+            member.alive = self.member_alive(member, now, duration);
+        }
     }
 
     /// Whether `settings.owner` may take `lease` now, judged only on this worker's observations.

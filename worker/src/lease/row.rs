@@ -185,6 +185,19 @@ pub fn decode_member(attrs: &Attributes) -> Result<Member, Malformed> {
     Ok(Member { owner, counter, alive: true })
 }
 
+/// A row of the table as read: a shard's lease or a worker's membership.
+pub enum Row {
+    /// A shard's lease row.
+    Lease(Lease),
+    /// A worker's membership row (`alive` left true; the store judges it).
+    Member(Member),
+}
+
+/// Reads any row of the table, telling membership rows from leases.
+pub fn decode_row(attrs: &Attributes) -> Result<Row, Malformed> {
+    if is_member_row(attrs) { decode_member(attrs).map(Row::Member) } else { decode(attrs).map(Row::Lease) }
+}
+
 /// The `lease_key` text of a worker's membership row.
 pub fn member_row_key(owner: &str) -> String {
     format!("{MEMBER_PREFIX}{owner}")

@@ -52,6 +52,7 @@
 
 mod batch;
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -199,7 +200,8 @@ fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
         if (0x21..=0x7e).contains(&byte) && byte != b'"' && byte != b'%' {
             out.push(char::from(byte));
         } else {
-            out.push_str(&format!("%{byte:02X}"));
+            // Writing into a String cannot fail.
+            let _ = write!(out, "%{byte:02X}");
         }
     }
     HeaderValue::from_str(&out).map_err(|e| ProcessError::permanent(format!("header value: {e}")))

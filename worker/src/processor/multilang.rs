@@ -77,14 +77,9 @@ fn failed(message: impl Into<String>) -> ProcessError {
 }
 
 impl Session {
-    async fn start(
-        command: &[String],
-        key: &LeaseKey,
-        timeout: Duration,
-        requests: &AtomicU64,
-    ) -> Result<Self, ProcessError> {
+    async fn start(shared: &Shared, key: &LeaseKey) -> Result<Self, ProcessError> {
         let (program, args) =
-            command.split_first().ok_or_else(|| ProcessError::permanent("multilang command is empty"))?;
+            shared.command.split_first().ok_or_else(|| ProcessError::permanent("multilang command is empty"))?;
         let mut child = tokio::process::Command::new(program)
             .args(args)
             .stdin(Stdio::piped())
@@ -97,23 +92,23 @@ impl Session {
         let stdout = child.stdout.take().ok_or_else(|| failed("child has no stdout"))?;
         let mut session = Session { child, stdin, stdout: BufReader::new(stdout).lines() };
         let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": null, "subSequenceNumber": null});
-        session.exchange(&initialize, "initialize", timeout, requests).await?;
+        session.exchange(&initialize, "initialize", shared).await?;
         Ok(session)
     }
 
-    /// Sends `message` and reads until the child's status for `response_for`, acknowledging
-    /// checkpoint requests on the way; bounded by `timeout`.
-    async fn exchange(
-        &mut self,
-        message: &Value,
-        response_for: &str,
-        timeout: Duration,
-        requests: &AtomicU64,
-    ) -> Result<(), ProcessError> {
+    /// Writes `message` to the child as one line.
+    async fn send(&mut self, message: &Value) -> Result<(), ProcessError> {
         let mut line = message.to_string();
         line.push('\n');
         self.stdin.write_all(line.as_bytes()).await.map_err(|e| failed(format!("child stdin: {e}")))?;
-        self.stdin.flush().await.map_err(|e| failed(format!("child stdin: {e}")))?;
+        self.stdin.flush().await.map_err(|e| failed(format!("child stdin: {e}")))
+    }
+
+    /// Sends `message` and reads until the child's status for `response_for`, acknowledging
+    /// checkpoint requests (counted in `shared`) on the way; bounded by `shared.timeout`.
+    async fn exchange(&mut self, message: &Value, response_for: &str, shared: &Shared) -> Result<(), ProcessError> {
+        let timeout = shared.timeout;
+        self.send(message).await?;
         let answered = tokio::time::timeout(timeout, async {
             loop {
                 let Some(line) = self.stdout.next_line().await.map_err(|e| failed(format!("child stdout: {e}")))? else {
@@ -126,14 +121,11 @@ impl Session {
                 match reply.get("action").and_then(Value::as_str) {
                     Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => return Ok(()),
                     Some("checkpoint") => {
-                        requests.fetch_add(1, Ordering::Relaxed);
+                        shared.checkpoint_requests.fetch_add(1, Ordering::Relaxed);
                         tracing::info!(sequence = ?reply.get("sequenceNumber"), "multilang child checkpoint acknowledged");
                         let ack = json!({"action": "checkpoint", "sequenceNumber": reply.get("sequenceNumber"),
                             "subSequenceNumber": reply.get("subSequenceNumber"), "error": null});
-                        let mut ack = ack.to_string();
-                        ack.push('\n');
-                        self.stdin.write_all(ack.as_bytes()).await.map_err(|e| failed(format!("child stdin: {e}")))?;
-                        self.stdin.flush().await.map_err(|e| failed(format!("child stdin: {e}")))?;
+                        self.send(&ack).await?;
                     }
                     other => tracing::debug!(?other, "multilang message ignored"),
                 }
@@ -200,7 +192,7 @@ impl MultilangProcessor {
 
 /// One shard's session: owns the child, sends waiting records together, restarts a failed child.
 async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::UnboundedReceiver<Command>) {
-    let mut child = match Session::start(&shared.command, &key, shared.timeout, &shared.checkpoint_requests).await {
+    let mut child = match Session::start(&shared, &key).await {
         Ok(started) => Some(started),
         Err(e) => {
             tracing::warn!(shard = %key, error = %e, "multilang child did not start; retried with the first record");
@@ -249,7 +241,7 @@ async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::Unb
     if let Some(mut running) = child {
         if let Some((action, _)) = &finish {
             let message = json!({"action": action});
-            if let Err(e) = running.exchange(&message, action, shared.timeout, &shared.checkpoint_requests).await {
+            if let Err(e) = running.exchange(&message, action, &shared).await {
                 tracing::warn!(shard = %key, action, error = %e, "multilang child did not finish cleanly");
             }
         }
@@ -269,7 +261,7 @@ async fn process_records(
 ) -> Result<(), ProcessError> {
     let running = match child {
         Some(running) => running,
-        None => child.insert(Session::start(&shared.command, key, shared.timeout, &shared.checkpoint_requests).await?),
+        None => child.insert(Session::start(shared, key).await?),
     };
     let records: Vec<Value> = records
         .iter()
@@ -285,7 +277,7 @@ async fn process_records(
         })
         .collect();
     let message = json!({"action": "processRecords", "millisBehindLatest": 0, "records": records});
-    running.exchange(&message, "processRecords", shared.timeout, &shared.checkpoint_requests).await
+    running.exchange(&message, "processRecords", shared).await
 }
 
 #[async_trait]

@@ -140,12 +140,10 @@ impl ShardReader {
         if start == Checkpoint::Latest {
             start = Checkpoint::AtTimestamp(self.held.wall_ms());
             self.held.set_progress(start.clone());
-            match self.held.checkpoint(&start).await {
-                Ok(_) => {
-                    self.runner.metrics().checkpoints_written.inc();
-                }
-                Err(e) if e.is_not_held() => return ShardExit::Lost,
-                Err(_) => {}
+            if let Err(e) = self.write_checkpoint(&start).await
+                && e.is_not_held()
+            {
+                return ShardExit::Lost;
             }
         }
         let held = self.held.clone();
@@ -290,9 +288,8 @@ impl ShardReader {
         if position == cursor.checkpointed {
             return Ok(());
         }
-        match self.drive(d, self.held.checkpoint(&position)).await? {
-            Ok(_) => {
-                self.runner.metrics().checkpoints_written.inc();
+        match self.drive(d, self.write_checkpoint(&position)).await? {
+            Ok(()) => {
                 cursor.checkpointed = position;
                 cursor.last_checkpoint = Instant::now();
             }
@@ -302,12 +299,25 @@ impl ShardReader {
         Ok(())
     }
 
-    /// A graceful stop: the records running finish (those waiting for a retry are abandoned, nothing
-    /// new starts); the position is the done prefix.
-    async fn stopped(&self, d: &mut Dispatcher, cursor: &Cursor) -> Flow<ShardExit> {
+    /// Writes a checkpoint through the held lease, counting it once written.
+    async fn write_checkpoint(&self, position: &Checkpoint) -> Result<(), LeaseError> {
+        self.held.checkpoint(position).await?;
+        self.runner.metrics().checkpoints_written.inc();
+        Ok(())
+    }
+
+    /// Waits for every record running to end.
+    async fn drain(&self, d: &mut Dispatcher) -> Flow<()> {
         while d.is_busy() {
             self.step(d).await?;
         }
+        Ok(())
+    }
+
+    /// A graceful stop: the records running finish (those waiting for a retry are abandoned, nothing
+    /// new starts); the position is the done prefix.
+    async fn stopped(&self, d: &mut Dispatcher, cursor: &Cursor) -> Flow<ShardExit> {
+        self.drain(d).await?;
         Ok(ShardExit::Stopped { last: cursor.position(d) })
     }
 
@@ -333,9 +343,7 @@ impl ShardReader {
         if let KinesisError::StreamNotFound { .. } = error {
             tracing::error!(shard = %key, error = %error, "stream gone; giving the shard up");
             // Records already admitted finish first, so the release checkpoints as far as possible.
-            while d.is_busy() {
-                self.step(d).await?;
-            }
+            self.drain(d).await?;
             return Ok(Step::Exit(ShardExit::Failed { reason: error.to_string(), last: cursor.position(d) }));
         }
         let delay = failures.next().unwrap_or(Duration::from_secs(5));
@@ -360,14 +368,12 @@ impl ShardReader {
         }
         let position = cursor.position(d);
         loop {
-            match self.held.checkpoint(&Checkpoint::ShardEnd).await {
-                Ok(_) => {
-                    self.runner.metrics().checkpoints_written.inc();
+            match self.write_checkpoint(&Checkpoint::ShardEnd).await {
+                Ok(()) => {
                     tracing::info!(shard = %self.held.key(), "shard ended");
                     self.runner.processor().shard_ended(self.held.key()).await;
                     return Ok(ShardExit::Ended);
                 }
-                Err(LeaseError::Lost { .. }) => return Ok(ShardExit::Lost),
                 Err(e) if e.is_not_held() => return Ok(ShardExit::Lost),
                 Err(e) => {
                     tracing::warn!(shard = %self.held.key(), error = %e, last = %position, "SHARD_END checkpoint failed; retrying");

@@ -30,6 +30,17 @@ pub fn config_with_timing(stream: &str, table: Option<&str>, timing: &str, extra
     )
 }
 
+/// `config` (from [`config`]) with `service`'s emulator endpoint replaced by `endpoint`, e.g. a proxy
+/// in front of the emulator.
+pub fn with_endpoint(config: &str, service: leasehold_testkit::Service, endpoint: &str) -> String {
+    let field = match service {
+        leasehold_testkit::Service::Kinesis => "kinesisEndpoint",
+        leasehold_testkit::Service::DynamoDb => "dynamodbEndpoint",
+    };
+    let real = leasehold_testkit::endpoint(service);
+    config.replace(&format!("{field}: '{real}'"), &format!("{field}: '{endpoint}'"))
+}
+
 /// Starts a worker process of the binary under test.
 pub fn spawn(config: &str, owner: &str) -> WorkerProcess {
     WorkerProcess::spawn(Path::new(env!("CARGO_BIN_EXE_leasehold-worker")), config, owner)
@@ -52,13 +63,9 @@ pub fn sequence_cmp(a: &str, b: &str) -> Ordering {
     a.len().cmp(&b.len()).then_with(|| a.cmp(b))
 }
 
-fn number(delivery: &Delivery) -> u64 {
-    delivery
-        .data
-        .rsplit(':')
-        .next()
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("bad data {}", delivery.data))
+/// The record number `n` of data `<key>:<n>` (as [`leasehold_testkit::kinesis::numbered`] writes it).
+pub fn data_number(data: &str) -> u64 {
+    data.rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("bad data {data}"))
 }
 
 /// All deliveries of all workers.
@@ -91,7 +98,7 @@ pub fn assert_per_key_order(workers: &[&WorkerProcess]) {
         let mut last: HashMap<String, u64> = HashMap::new();
         let mut last_shard: HashMap<String, String> = HashMap::new();
         for d in worker.deliveries() {
-            let n = number(&d);
+            let n = data_number(&d.data);
             // A shard re-taken by the same worker after losing it restarts from its checkpoint.
             let restarted = last_shard.get(&d.partition_key).is_some_and(|s| *s != d.shard_id);
             if let Some(prev) = last.get(&d.partition_key)

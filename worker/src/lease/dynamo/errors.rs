@@ -21,16 +21,11 @@ where
 {
     let table = request.table.to_string();
     let fault = crate::aws::classify(&error);
-    if fault.is_throttling() {
-        let message = match fault {
-            Fault::Service { message, .. } => message,
-            _ => String::new(),
-        };
-        return LeaseError::Throttled { table, message };
-    }
+    let throttled = fault.is_throttling();
     match fault {
         Fault::Timeout => LeaseError::Timeout { table },
         Fault::Transport(message) => LeaseError::Transport { table, message },
+        Fault::Service { message, .. } if throttled => LeaseError::Throttled { table, message },
         Fault::Service { code, message, server_error } => match (code.as_str(), request.key) {
             ("ConditionalCheckFailedException", Some(key)) => {
                 LeaseError::ConditionFailed { key: key.clone(), operation: request.operation }

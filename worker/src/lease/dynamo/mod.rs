@@ -14,7 +14,7 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
-use super::row::{Lease, Member, NewLease, attr, decode, decode_member, encode_new, is_member_row, member_row_key};
+use super::row::{Lease, Member, NewLease, attr, decode, decode_row, encode_new, member_row_key};
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
 use convert::{from_item, to_item};
@@ -56,7 +56,7 @@ impl DynamoLeaseStore {
         Request { table: &self.table, key, operation }
     }
 
-    fn member_key_value(&self, owner: &str) -> AttributeValue {
+    fn member_key_value(owner: &str) -> AttributeValue {
         AttributeValue::S(member_row_key(owner))
     }
 
@@ -64,6 +64,8 @@ impl DynamoLeaseStore {
         AttributeValue::S(key.to_string())
     }
 
+    /// `:me`, `:counter` (of `held`) and `:one`: the values of every write this worker conditions on a
+    /// row's counter.
     fn holder_values(&self, held: &Lease) -> Vec<(&'static str, AttributeValue)> {
         vec![
             (":me", AttributeValue::S(self.settings.owner.clone())),
@@ -85,10 +87,7 @@ impl DynamoLeaseStore {
             request = request.expression_attribute_values(name, value);
         }
         let result = match request.send().await {
-            Ok(out) => {
-                let attrs = from_item(&out.attributes.unwrap_or_default());
-                decode(&attrs).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })
-            }
+            Ok(out) => Ok(decode(&from_item(&out.attributes.unwrap_or_default()))?),
             Err(e) => Err(classify(e, self.request(Some(key), update.operation))),
         };
         match &result {
@@ -135,7 +134,7 @@ impl LeaseStore for DynamoLeaseStore {
             .await
             .map_err(|e| classify(e, self.request(Some(key), "get")))?;
         let Some(item) = out.item else { return Ok(None) };
-        let lease = decode(&from_item(&item)).map_err(|m| LeaseError::Malformed { key: m.key, reason: m.reason })?;
+        let lease = decode(&from_item(&item))?;
         self.observer.observe(&lease, self.settings.clock.monotonic());
         Ok(Some(lease))
     }
@@ -153,28 +152,11 @@ impl LeaseStore for DynamoLeaseStore {
             .send()
             .await
             .map_err(|e| classify(e, self.request(None, "list")))?;
-        let now = self.settings.clock.monotonic();
         let mut page = LeasePage::default();
         for item in out.items.unwrap_or_default() {
-            let attrs = from_item(&item);
-            if is_member_row(&attrs) {
-                match decode_member(&attrs) {
-                    Ok(mut member) => {
-                        member.alive = self.observer.member_alive(&member, now, self.settings.duration);
-                        page.members.push(member);
-                    }
-                    Err(malformed) => page.malformed.push(malformed),
-                }
-                continue;
-            }
-            match decode(&attrs) {
-                Ok(lease) => {
-                    self.observer.observe(&lease, now);
-                    page.leases.push(lease);
-                }
-                Err(malformed) => page.malformed.push(malformed),
-            }
+            page.push(decode_row(&from_item(&item)));
         }
+        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
         page.next = out
             .last_evaluated_key
             .and_then(|key| key.get(attr::LEASE_KEY).and_then(|v| v.as_s().ok()).cloned())
@@ -184,16 +166,13 @@ impl LeaseStore for DynamoLeaseStore {
 
     async fn acquire(&self, seen: &Lease) -> Result<Lease> {
         self.observer.may_acquire(seen, &self.settings)?;
+        let mut values = self.holder_values(seen);
+        values.push((":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())));
         let update = Update {
             operation: "acquire",
             expression: "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = lease_counter + :one".into(),
             condition: "lease_counter = :counter",
-            values: vec![
-                (":me", AttributeValue::S(self.settings.owner.clone())),
-                (":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())),
-                (":counter", AttributeValue::N(seen.counter.to_string())),
-                (":one", AttributeValue::N("1".into())),
-            ],
+            values,
         };
         self.update(&seen.key, update).await
     }
@@ -288,7 +267,7 @@ impl LeaseStore for DynamoLeaseStore {
         self.client
             .update_item()
             .table_name(&self.table)
-            .key(attr::LEASE_KEY, self.member_key_value(&self.settings.owner))
+            .key(attr::LEASE_KEY, Self::member_key_value(&self.settings.owner))
             .update_expression(
                 "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = if_not_exists(lease_counter, :zero) + :one",
             )
@@ -307,7 +286,7 @@ impl LeaseStore for DynamoLeaseStore {
         self.client
             .delete_item()
             .table_name(&self.table)
-            .key(attr::LEASE_KEY, self.member_key_value(&self.settings.owner))
+            .key(attr::LEASE_KEY, Self::member_key_value(&self.settings.owner))
             .send()
             .await
             .map_err(|e| classify(e, self.request(None, "leave")))?;
@@ -318,7 +297,7 @@ impl LeaseStore for DynamoLeaseStore {
         self.client
             .delete_item()
             .table_name(&self.table)
-            .key(attr::LEASE_KEY, self.member_key_value(&member.owner))
+            .key(attr::LEASE_KEY, Self::member_key_value(&member.owner))
             .condition_expression("lease_counter = :counter")
             .expression_attribute_values(":counter", AttributeValue::N(member.counter.to_string()))
             .send()

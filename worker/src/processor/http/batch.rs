@@ -2,6 +2,7 @@
 //! CloudEvents HTTP batched mode, and the answer is split back into one outcome per record. The answer
 //! format is described in the parent module.
 
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -156,9 +157,11 @@ fn outcomes(body: &[u8], records: &[Record]) -> Vec<Outcome> {
 fn read_answer(body: &[u8], records: &[Record]) -> Result<Vec<Outcome>, ProcessError> {
     let mut outcomes: Vec<Outcome> = vec![Ok(Vec::new()); records.len()];
     let Ok(Value::Object(answer)) = serde_json::from_slice::<Value>(body) else { return Ok(outcomes) };
-    let events = Events::new(records);
+    // Indexed only when an entry names events (most answers name none).
+    let events = OnceCell::new();
+    let events = || events.get_or_init(|| Events::new(records));
     for item in list(&answer, "outputs")? {
-        for i in events.named_by(item)? {
+        for i in events().named_by(item)? {
             let output = parse_output(item, &records[i])?;
             if let Ok(outputs) = &mut outcomes[i] {
                 outputs.push(output);
@@ -168,7 +171,7 @@ fn read_answer(body: &[u8], records: &[Record]) -> Result<Vec<Outcome>, ProcessE
     for item in list(&answer, "failed")? {
         let message = item.get("error").and_then(Value::as_str).unwrap_or("the receiver reported it failed");
         let retryable = item.get("retryable").and_then(Value::as_bool).unwrap_or(true);
-        for i in events.named_by(item)? {
+        for i in events().named_by(item)? {
             let error = format!("event {} failed in its batch: {message}", event_id(&records[i]));
             outcomes[i] = Err(if retryable { ProcessError::retryable(error) } else { ProcessError::permanent(error) });
         }

@@ -9,7 +9,7 @@ mod validate;
 pub use reference::reference_markdown;
 pub use spec::*;
 pub use status::*;
-pub use validate::{FieldError, MAX_HTTP_BATCH, ResolvedDurations};
+pub use validate::{FieldError, MAX_HTTP_BATCH, ResolvedDurations, ResolvedSpec, defaults};
 
 /// API group of every Leasehold resource.
 pub const API_GROUP: &str = "leasehold.io";

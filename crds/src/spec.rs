@@ -248,7 +248,7 @@ pub struct ReaderSpec {
 
 /// The record processor: exactly one kind.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = Rule::new("[has(self.stdout), has(self.http), has(self.multilang)].filter(k, k).size() == 1").message("set exactly one of stdout, http, multilang"))]
+#[x_kube(validation = Rule::new("[has(self.stdout), has(self.http), has(self.multilang), has(self.custom)].filter(k, k).size() == 1").message("set exactly one of stdout, http, multilang, custom"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProcessorSpec {
     /// Print each record as a JSON line on standard output.
@@ -260,7 +260,17 @@ pub struct ProcessorSpec {
     /// Run a Java KCL MultiLangDaemon-protocol child process per shard.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub multilang: Option<MultilangProcessor>,
+    /// Run the processor built into the workers' image: a worker binary of your own made with
+    /// `leasehold_worker::main_with_processor` (set `template` to its image). The stock
+    /// `leasehold-worker` image has none and refuses to start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom: Option<CustomProcessor>,
 }
+
+/// The custom processor (no settings: the image brings it).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CustomProcessor {}
 
 /// The stdout processor (no settings).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::spec::{StartPosition, StreamConsumerSpec};
+use crate::spec::{OnExhausted, Ordering, StartPosition, StreamConsumerSpec};
 
 /// One problem with a spec, naming the field it is in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -20,6 +20,83 @@ pub struct FieldError {
 impl FieldError {
     fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
         Self { field: field.into(), message: message.to_string() }
+    }
+}
+
+/// Every default of a spec, once: the resolver applies them to a spec, and code that builds worker
+/// settings without a spec (tests, embedders) starts from [`ResolvedSpec::default`], made of them.
+pub mod defaults {
+    use std::time::Duration;
+
+    use crate::spec::{OnExhausted, Ordering};
+
+    /// `lease.duration`.
+    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
+    /// `lease.renewInterval`.
+    pub const RENEW_INTERVAL: Duration = Duration::from_secs(3);
+    /// `lease.scanInterval`.
+    pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
+    /// `lease.shardSyncInterval`.
+    pub const SHARD_SYNC_INTERVAL: Duration = Duration::from_secs(10);
+    /// `lease.checkpointInterval`.
+    pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+    /// `lease.gracefulTimeout`.
+    pub const GRACEFUL_TIMEOUT: Duration = Duration::from_secs(5);
+    /// `reader.idleTime`.
+    pub const IDLE_TIME: Duration = Duration::from_millis(500);
+    /// `reader.maxRecords` (records per GetRecords call).
+    pub const MAX_RECORDS: i32 = 1000;
+    /// `retry.maxAttempts`.
+    pub const MAX_ATTEMPTS: u32 = 5;
+    /// `retry.backoff`.
+    pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
+    /// `retry.onExhausted`.
+    pub const ON_EXHAUSTED: OnExhausted = OnExhausted::Block;
+    /// `ordering`.
+    pub const ORDERING: Ordering = Ordering::Key;
+    /// `concurrency`.
+    pub const CONCURRENCY: usize = 1;
+    /// `processor.http.timeout`.
+    pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
+    /// `processor.http.batch.maxRecords` (one record per request).
+    pub const HTTP_BATCH_RECORDS: usize = 1;
+    /// `processor.http.batch.maxDelay`.
+    pub const HTTP_BATCH_MAX_DELAY: Duration = Duration::from_millis(5);
+    /// `processor.multilang.timeout`.
+    pub const MULTILANG_TIMEOUT: Duration = Duration::from_secs(60);
+}
+
+/// A spec's settings with every default applied: what the worker runs with and the operator derives
+/// from (for example the pods' termination grace period from `graceful_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResolvedSpec {
+    /// The durations.
+    pub durations: ResolvedDurations,
+    /// `reader.maxRecords`.
+    pub max_records: i32,
+    /// `ordering`.
+    pub ordering: Ordering,
+    /// `concurrency`.
+    pub concurrency: usize,
+    /// `retry.maxAttempts`.
+    pub max_attempts: u32,
+    /// `retry.onExhausted`.
+    pub on_exhausted: OnExhausted,
+    /// `processor.http.batch.maxRecords`.
+    pub http_batch_records: usize,
+}
+
+impl Default for ResolvedSpec {
+    fn default() -> Self {
+        Self {
+            durations: ResolvedDurations::default(),
+            max_records: defaults::MAX_RECORDS,
+            ordering: defaults::ORDERING,
+            concurrency: defaults::CONCURRENCY,
+            max_attempts: defaults::MAX_ATTEMPTS,
+            on_exhausted: defaults::ON_EXHAUSTED,
+            http_batch_records: defaults::HTTP_BATCH_RECORDS,
+        }
     }
 }
 
@@ -48,6 +125,24 @@ pub struct ResolvedDurations {
     pub http_batch_max_delay: Duration,
     /// `processor.multilang.timeout` (default 60 s).
     pub multilang_timeout: Duration,
+}
+
+impl Default for ResolvedDurations {
+    fn default() -> Self {
+        Self {
+            lease: defaults::LEASE_DURATION,
+            renew_interval: defaults::RENEW_INTERVAL,
+            scan_interval: defaults::SCAN_INTERVAL,
+            shard_sync_interval: defaults::SHARD_SYNC_INTERVAL,
+            checkpoint_interval: defaults::CHECKPOINT_INTERVAL,
+            graceful_timeout: defaults::GRACEFUL_TIMEOUT,
+            idle_time: defaults::IDLE_TIME,
+            retry_backoff: defaults::RETRY_BACKOFF,
+            http_timeout: defaults::HTTP_TIMEOUT,
+            http_batch_max_delay: defaults::HTTP_BATCH_MAX_DELAY,
+            multilang_timeout: defaults::MULTILANG_TIMEOUT,
+        }
+    }
 }
 
 fn duration(errors: &mut Vec<FieldError>, field: &str, value: Option<&String>, default: Duration) -> Duration {
@@ -88,8 +183,8 @@ pub fn valid_stream_name(name: &str) -> bool {
 }
 
 impl StreamConsumerSpec {
-    /// Every problem with the spec, or its durations resolved.
-    pub fn validate(&self) -> Result<ResolvedDurations, Vec<FieldError>> {
+    /// Every problem with the spec, or the spec with its defaults applied.
+    pub fn validate(&self) -> Result<ResolvedSpec, Vec<FieldError>> {
         let mut errors = Vec::new();
         self.check_streams(&mut errors);
         self.check_processor(&mut errors);
@@ -117,46 +212,39 @@ impl StreamConsumerSpec {
         }
         let lease = &self.lease;
         let http = self.processor.http.as_ref();
+        let d = ResolvedDurations::default();
         let mut parse = |field: &str, value: Option<&String>, default| duration(&mut errors, field, value, default);
         let durations = ResolvedDurations {
-            lease: parse("spec.lease.duration", lease.duration.as_ref(), Duration::from_secs(10)),
-            renew_interval: parse("spec.lease.renewInterval", lease.renew_interval.as_ref(), Duration::from_secs(3)),
-            scan_interval: parse("spec.lease.scanInterval", lease.scan_interval.as_ref(), Duration::from_millis(500)),
+            lease: parse("spec.lease.duration", lease.duration.as_ref(), d.lease),
+            renew_interval: parse("spec.lease.renewInterval", lease.renew_interval.as_ref(), d.renew_interval),
+            scan_interval: parse("spec.lease.scanInterval", lease.scan_interval.as_ref(), d.scan_interval),
             shard_sync_interval: parse(
                 "spec.lease.shardSyncInterval",
                 lease.shard_sync_interval.as_ref(),
-                Duration::from_secs(10),
+                d.shard_sync_interval,
             ),
             checkpoint_interval: parse(
                 "spec.lease.checkpointInterval",
                 lease.checkpoint_interval.as_ref(),
-                Duration::from_secs(1),
+                d.checkpoint_interval,
             ),
-            graceful_timeout: parse(
-                "spec.lease.gracefulTimeout",
-                lease.graceful_timeout.as_ref(),
-                Duration::from_secs(5),
-            ),
-            idle_time: parse("spec.reader.idleTime", self.reader.idle_time.as_ref(), Duration::from_millis(500)),
+            graceful_timeout: parse("spec.lease.gracefulTimeout", lease.graceful_timeout.as_ref(), d.graceful_timeout),
+            idle_time: parse("spec.reader.idleTime", self.reader.idle_time.as_ref(), d.idle_time),
             retry_backoff: parse(
                 "spec.retry.backoff",
                 self.retry.as_ref().and_then(|r| r.backoff.as_ref()),
-                Duration::from_secs(1),
+                d.retry_backoff,
             ),
-            http_timeout: parse(
-                "spec.processor.http.timeout",
-                http.and_then(|h| h.timeout.as_ref()),
-                Duration::from_secs(5),
-            ),
+            http_timeout: parse("spec.processor.http.timeout", http.and_then(|h| h.timeout.as_ref()), d.http_timeout),
             http_batch_max_delay: parse(
                 "spec.processor.http.batch.maxDelay",
                 http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_delay.as_ref()),
-                Duration::from_millis(5),
+                d.http_batch_max_delay,
             ),
             multilang_timeout: parse(
                 "spec.processor.multilang.timeout",
                 self.processor.multilang.as_ref().and_then(|m| m.timeout.as_ref()),
-                Duration::from_secs(60),
+                d.multilang_timeout,
             ),
         };
         if durations.renew_interval >= durations.lease {
@@ -168,7 +256,27 @@ impl StreamConsumerSpec {
                 ),
             ));
         }
-        if errors.is_empty() { Ok(durations) } else { Err(errors) }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        // The checks above keep every number in range, so these conversions cannot fail.
+        let retry = self.retry.as_ref();
+        let count = |n: Option<i32>, default: usize| n.and_then(|n| usize::try_from(n).ok()).unwrap_or(default);
+        Ok(ResolvedSpec {
+            durations,
+            max_records: self.reader.max_records.unwrap_or(defaults::MAX_RECORDS),
+            ordering: self.ordering.unwrap_or(defaults::ORDERING),
+            concurrency: count(self.concurrency, defaults::CONCURRENCY),
+            max_attempts: retry
+                .and_then(|r| r.max_attempts)
+                .and_then(|n| u32::try_from(n).ok())
+                .unwrap_or(defaults::MAX_ATTEMPTS),
+            on_exhausted: retry.and_then(|r| r.on_exhausted).unwrap_or(defaults::ON_EXHAUSTED),
+            http_batch_records: count(
+                http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records),
+                defaults::HTTP_BATCH_RECORDS,
+            ),
+        })
     }
 
     fn check_streams(&self, errors: &mut Vec<FieldError>) {
@@ -217,11 +325,14 @@ impl StreamConsumerSpec {
 
     fn check_processor(&self, errors: &mut Vec<FieldError>) {
         let p = &self.processor;
-        let kinds = [p.stdout.is_some(), p.http.is_some(), p.multilang.is_some()].iter().filter(|k| **k).count();
+        let kinds = [p.stdout.is_some(), p.http.is_some(), p.multilang.is_some(), p.custom.is_some()]
+            .iter()
+            .filter(|k| **k)
+            .count();
         if kinds != 1 {
             errors.push(FieldError::new(
                 "spec.processor",
-                format!("set exactly one of stdout, http, multilang ({kinds} set)"),
+                format!("set exactly one of stdout, http, multilang, custom ({kinds} set)"),
             ));
         }
         if let Some(multilang) = &p.multilang
@@ -300,9 +411,11 @@ mod tests {
 
     #[test]
     fn the_design_example_is_valid_with_defaults() {
-        let durations = spec("streams: [{name: orders}]\nleaseTable: {name: orders-leases}\nprocessor: {stdout: {}}")
+        let resolved = spec("streams: [{name: orders}]\nleaseTable: {name: orders-leases}\nprocessor: {stdout: {}}")
             .validate()
             .expect("valid");
+        assert_eq!(resolved, ResolvedSpec::default());
+        let durations = resolved.durations;
         assert_eq!(durations.lease, Duration::from_secs(10));
         assert_eq!(durations.renew_interval, Duration::from_secs(3));
         assert_eq!(durations.shard_sync_interval, Duration::from_secs(10));
@@ -352,7 +465,9 @@ mod tests {
     #[test]
     fn http_batching_defaults_to_a_5ms_linger() {
         let spec = spec("streams: [{name: a}]\nprocessor: {http: {url: x, batch: {maxRecords: 500}}}");
-        assert_eq!(spec.validate().expect("valid").http_batch_max_delay, Duration::from_millis(5));
+        let resolved = spec.validate().expect("valid");
+        assert_eq!(resolved.durations.http_batch_max_delay, Duration::from_millis(5));
+        assert_eq!(resolved.http_batch_records, 500);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use leasehold_crds::Ordering;
 use leasehold_worker::dispatch::{DispatchSettings, Dispatcher, Runner};
-use leasehold_worker::processor::{ProcessError, Record, RecordProcessor};
+use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor};
 use tokio_util::sync::CancellationToken;
 
 const RECORDS: usize = 1_000_000;
@@ -19,8 +19,8 @@ const KEYS: usize = 1_000;
 struct NoOp;
 
 #[async_trait]
-impl RecordProcessor for NoOp {
-    async fn process(&self, _record: &Record) -> Result<(), ProcessError> {
+impl ShardProcessor for NoOp {
+    async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
         Ok(())
     }
 }
@@ -75,9 +75,10 @@ fn main() {
     for (ordering, concurrency) in cases {
         let batch = records();
         let last = batch.last().map(|r| r.sequence_number.clone());
-        let runner = Arc::new(Runner::new(Arc::new(NoOp), Arc::default()));
+        let runner = Arc::new(Runner::new(Arc::default()));
         let settings = DispatchSettings { ordering, concurrency };
-        let mut dispatcher = Dispatcher::new(settings, runner, CancellationToken::new(), Box::new(|| true));
+        let mut dispatcher =
+            Dispatcher::new(settings, runner, Arc::new(NoOp), CancellationToken::new(), Box::new(|| true));
         let started = Instant::now();
         let watermark = runtime.block_on(feed(&mut dispatcher, batch));
         let seconds = started.elapsed().as_secs_f64();

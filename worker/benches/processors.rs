@@ -12,7 +12,7 @@ use axum::Router;
 use bytes::Bytes;
 use futures::StreamExt;
 use leasehold_testkit::process::wait_for;
-use leasehold_worker::processor::{HttpBatching, HttpProcessor, Record, RecordProcessor};
+use leasehold_worker::processor::{HttpBatching, HttpProcessor, Outputs, Record, ShardProcessor};
 
 const HTTP_RECORDS: usize = 20_000;
 
@@ -34,7 +34,7 @@ async fn http_run(processor: Arc<HttpProcessor>, concurrency: usize) -> (f64, Du
             let processor = processor.clone();
             async move {
                 let begun = Instant::now();
-                processor.process(&record(n)).await.expect("2xx");
+                processor.process(&record(n), &mut Outputs::default()).await.expect("2xx");
                 begun.elapsed()
             }
         })

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use leasehold_crds::{FieldError, ResolvedDurations, StartPosition, StreamConsumerSpec};
+use leasehold_crds::{FieldError, ResolvedSpec, StartPosition, StreamConsumerSpec};
 use regex::Regex;
 
 use crate::discovery::StreamSelection;
@@ -44,8 +44,8 @@ pub enum ConfigError {
 pub struct WorkerConfig {
     /// The spec as written.
     pub spec: StreamConsumerSpec,
-    /// Its durations, defaults applied.
-    pub durations: ResolvedDurations,
+    /// Its settings, defaults applied.
+    pub resolved: ResolvedSpec,
     /// Which streams (or shards) to read.
     pub selection: StreamSelection,
     /// Where shards without a checkpoint (and without parents) start.
@@ -73,7 +73,7 @@ impl WorkerConfig {
             ConfigError::Parse { path: path.into(), field, message }
         })?;
         let invalid = |errors| ConfigError::Invalid { path: path.into(), errors };
-        let durations = spec.validate().map_err(invalid)?;
+        let resolved = spec.validate().map_err(invalid)?;
         let selection = selection(&spec).map_err(|e| invalid(vec![e]))?;
         let root_start = match spec.start_position.unwrap_or(StartPosition::Latest) {
             StartPosition::Latest => Checkpoint::Latest,
@@ -87,7 +87,7 @@ impl WorkerConfig {
                 Checkpoint::AtTimestamp(i64::try_from(ms).unwrap_or(i64::MAX))
             }
         };
-        Ok(Self { spec, durations, selection, root_start })
+        Ok(Self { spec, resolved, selection, root_start })
     }
 }
 
@@ -155,7 +155,8 @@ mod tests {
         .expect("valid");
         let batch = config.spec.processor.http.as_ref().and_then(|h| h.batch.as_ref()).expect("batch");
         assert_eq!(batch.max_records, Some(50));
-        assert_eq!(config.durations.http_batch_max_delay, std::time::Duration::from_millis(20));
+        assert_eq!(config.resolved.durations.http_batch_max_delay, std::time::Duration::from_millis(20));
+        assert_eq!(config.resolved.http_batch_records, 50);
     }
 
     #[test]

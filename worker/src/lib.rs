@@ -1,18 +1,49 @@
 //! Leasehold worker: reads Kinesis shards shared with other workers through a lease table and hands
-//! each record to a processor, at least once and in order per shard.
+//! each record to a processor, at least once and in order per partition key.
 //!
-//! The binary (`leasehold-worker --config FILE`) is a thin shell over [`runtime::run`]; a Rust program
-//! can embed the same runtime with its own [`processor::RecordProcessor`].
+//! The `leasehold-worker` binary is [`main`]. A worker binary with business logic in Rust is
+//! [`main_with_processor`] given a [`ProcessorFactory`] that makes one [`ShardProcessor`] per shard:
+//! the same flags, endpoints, signals and exit codes, so the operator runs it as a consumer's image
+//! (`spec.processor.custom`). [`runtime::run`] embeds the worker in a program that owns its own
+//! runtime and shutdown.
+//!
+//! ```no_run
+//! use leasehold_worker::{LeaseKey, Output, Outputs, ProcessError, Record, ShardProcessor};
+//!
+//! /// Forwards each order as a receipt, keyed by the order's customer.
+//! struct Receipts;
+//!
+//! #[async_trait::async_trait]
+//! impl ShardProcessor for Receipts {
+//!     async fn process(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError> {
+//!         if record.data.is_empty() {
+//!             return Err(ProcessError::permanent("empty order"));
+//!         }
+//!         outputs.emit(Output::new(record.data.clone()).carrying_key_of(record));
+//!         Ok(())
+//!     }
+//! }
+//!
+//! fn main() -> std::process::ExitCode {
+//!     leasehold_worker::main_with_processor(|_shard: &LeaseKey| Receipts)
+//! }
+//! ```
 
 pub mod aws;
+mod cli;
 pub mod config;
-pub mod coordinator;
-pub mod discovery;
+mod coordinator;
+mod discovery;
 pub mod dispatch;
-pub mod kinesis;
+mod kinesis;
 pub mod lease;
 pub mod metrics;
 pub mod observe;
 pub mod processor;
 pub mod runtime;
-pub mod shard;
+mod shard;
+
+pub use cli::{main, main_with_processor};
+pub use config::WorkerConfig;
+pub use lease::{Checkpoint, LeaseKey};
+pub use processor::{Output, Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart};

@@ -20,7 +20,7 @@ use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
 use leasehold_testkit::server::LocalServer;
 use leasehold_worker::processor::{
-    BATCH_CONTENT_TYPE, HttpBatching, HttpProcessor, Outputs, ProcessError, Record, RecordProcessor,
+    BATCH_CONTENT_TYPE, HttpBatching, HttpProcessor, Outputs, ProcessError, Record, ShardProcessor,
 };
 
 /// One request the server saw, and what it answered.
@@ -32,6 +32,11 @@ struct Seen {
 }
 
 type Log = Arc<Mutex<Vec<Seen>>>;
+
+/// Processes `record` as the worker does, dropping any outputs.
+async fn ack(processor: &HttpProcessor, record: &Record) -> Result<(), ProcessError> {
+    processor.process(record, &mut Outputs::default()).await
+}
 
 fn remember(log: &Log, headers: &HeaderMap, body: &Bytes, status: StatusCode) -> StatusCode {
     let headers = headers.iter().map(|(k, v)| (k.to_string(), v.to_str().unwrap_or("?").to_string())).collect();
@@ -116,7 +121,7 @@ async fn posts_a_cloudevent_and_classifies_every_answer() {
     let timeout = Duration::from_millis(300);
     let processor = |path: &str| HttpProcessor::new(&format!("{base}{path}"), timeout).expect("processor");
 
-    processor("/ok").process(&record("{\"total\":7}")).await.expect("2xx acknowledges");
+    ack(&processor("/ok"), &record("{\"total\":7}")).await.expect("2xx acknowledges");
     let seen = log.lock().unwrap()[0].clone();
     assert_eq!(seen.body, "{\"total\":7}", "raw data as the body");
     let h = |name: &str| seen.headers.get(name).cloned().unwrap_or_else(|| panic!("no {name} header"));
@@ -130,18 +135,18 @@ async fn posts_a_cloudevent_and_classifies_every_answer() {
     assert_eq!(h("ce-sequencenumber"), "49590000000000000000000000000000000000000000000000000042");
     assert_eq!(h("content-type"), "application/octet-stream");
 
-    let error = processor("/unavailable").process(&record("x")).await.expect_err("5xx fails");
+    let error = ack(&processor("/unavailable"), &record("x")).await.expect_err("5xx fails");
     assert!(error.retryable && error.message.contains("503"), "{error:?}");
-    let error = processor("/busy").process(&record("x")).await.expect_err("429 fails");
+    let error = ack(&processor("/busy"), &record("x")).await.expect_err("429 fails");
     assert!(error.retryable, "429 is retried: {error:?}");
-    let error = processor("/bad").process(&record("x")).await.expect_err("4xx fails");
+    let error = ack(&processor("/bad"), &record("x")).await.expect_err("4xx fails");
     assert!(!error.retryable && error.message.contains("422"), "other 4xx reject the record: {error:?}");
     let started = std::time::Instant::now();
-    let error = processor("/slow").process(&record("x")).await.expect_err("timeout fails");
+    let error = ack(&processor("/slow"), &record("x")).await.expect_err("timeout fails");
     assert!(error.retryable && started.elapsed() < Duration::from_secs(2), "{error:?}");
     // A port nobody listens on: connection refused.
     let refused = HttpProcessor::new(&format!("{}/", leasehold_testkit::closed_endpoint().await), timeout).unwrap();
-    let error = refused.process(&record("x")).await.expect_err("no server");
+    let error = ack(&refused, &record("x")).await.expect_err("no server");
     assert!(error.retryable, "{error:?}");
 }
 
@@ -276,13 +281,13 @@ async fn deliver(
         .map(|record| {
             let (processor, failures) = (processor.clone(), failures.clone());
             async move {
-                let mut result = processor.process(&record).await;
+                let mut result = ack(&processor, &record).await;
                 for _ in 1..20 {
                     match &result {
                         Err(e) if e.retryable => {
                             failures.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             tokio::time::sleep(Duration::from_millis(10)).await;
-                            result = processor.process(&record).await;
+                            result = ack(&processor, &record).await;
                         }
                         _ => break,
                     }
@@ -379,7 +384,7 @@ async fn client_errors_reject_the_whole_batch_and_failed_events_follow_their_fla
     for (status, retryable) in [(StatusCode::UNPROCESSABLE_ENTITY, false), (StatusCode::TOO_MANY_REQUESTS, true)] {
         let (server, batches) = batch_server(Arc::new(move |_, _, _| (status, serde_json::Value::Null))).await;
         let processor = batched(&server, 6);
-        let results = futures::future::join_all(records.iter().map(|r| processor.process(r))).await;
+        let results = futures::future::join_all(records.iter().map(|r| ack(&processor, r))).await;
         for result in &results {
             let error = result.as_ref().expect_err("the whole batch fails");
             assert_eq!(error.retryable, retryable, "{status}: {error:?}");
@@ -395,7 +400,7 @@ async fn client_errors_reject_the_whole_batch_and_failed_events_follow_their_fla
     });
     let (server, _batches) = batch_server(answer).await;
     let processor = batched(&server, 6);
-    let results = futures::future::join_all(records.iter().map(|r| processor.process(r))).await;
+    let results = futures::future::join_all(records.iter().map(|r| ack(&processor, r))).await;
     for (n, result) in results.iter().enumerate() {
         match n {
             2 => {
@@ -429,7 +434,7 @@ async fn outputs_in_a_batch_answer_reach_the_event_they_name() {
         let processor = processor.clone();
         async move {
             let mut outputs = Outputs::default();
-            processor.process_emitting(r, &mut outputs).await.expect("acknowledged");
+            processor.process(r, &mut outputs).await.expect("acknowledged");
             outputs.into_vec()
         }
     }))

@@ -468,6 +468,12 @@ async fn membership_rows_count_live_workers<H: Harness>(h: &H) {
     let page = b.list().await.unwrap();
     assert_eq!(alive(&page, "a"), Some(false), "a silent for a whole duration");
     let dead = page.members.iter().find(|m| m.owner == "a").unwrap().clone();
+    // A copy older than the row is refused as a condition, the same in both stores.
+    let stale = leasehold_worker::lease::Member { counter: dead.counter - 1, ..dead.clone() };
+    assert!(
+        matches!(b.remove_member(&stale).await, Err(LeaseError::ConditionFailed { .. })),
+        "a stale member copy must be refused as ConditionFailed"
+    );
     b.remove_member(&dead).await.expect("dead member removed");
     b.leave().await.unwrap();
     assert!(b.list().await.unwrap().members.is_empty());

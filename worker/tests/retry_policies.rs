@@ -15,7 +15,7 @@ use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_worker::config::WorkerConfig;
 use leasehold_worker::dispatch::open_requeued;
 use leasehold_worker::metrics::Metrics;
-use leasehold_worker::processor::{ProcessError, Record, RecordProcessor};
+use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::runtime;
 use tokio_util::sync::CancellationToken;
 
@@ -48,8 +48,8 @@ impl Flaky {
 }
 
 #[async_trait]
-impl RecordProcessor for Flaky {
-    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+impl ShardProcessor for Flaky {
+    async fn process(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
         let data = String::from_utf8_lossy(&record.data).into_owned();
         self.attempts.lock().unwrap().push((record.partition_key.clone(), data.clone()));
         if Self::failing(&data) && !self.healed.load(Ordering::SeqCst) {
@@ -87,10 +87,10 @@ impl InProcess {
         let flaky = Arc::new(Flaky::default());
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run_with_metrics(
+        let task = tokio::spawn(runtime::run(
             config,
             "retry-test".into(),
-            flaky.clone(),
+            Arc::new(shared(flaky.clone())),
             metrics.clone(),
             shutdown.clone(),
         ));

@@ -3,7 +3,6 @@
 //! shutdown.
 
 mod balance;
-mod held;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,12 +17,11 @@ use tracing::Instrument;
 use crate::discovery::ShardSync;
 use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
-use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore, Member};
+use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeaseStore, Member, renew_until_lost};
 use crate::metrics::Metrics;
-use crate::processor::RecordProcessor;
-use crate::shard::{ReaderSettings, ShardExit, ShardReader};
-pub use balance::{Moves, View, active, plan, targets};
-pub use held::HeldLease;
+use crate::processor::ProcessorFactory;
+use crate::shard::{ReaderSettings, ShardExit, ShardReader, run_shard};
+use balance::{Moves, View, plan};
 
 /// Coordinator timing and mode.
 #[derive(Debug, Clone)]
@@ -58,6 +56,7 @@ pub struct Coordinator {
     kinesis: Kinesis,
     sync: ShardSync,
     runner: Arc<Runner>,
+    processors: Arc<dyn ProcessorFactory>,
     settings: CoordinatorSettings,
     running: HashMap<LeaseKey, Running>,
     requested: HashMap<LeaseKey, Instant>,
@@ -72,13 +71,14 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator over `store`, syncing shards with `sync` and running records with `runner` (whose
-    /// processor gets the lifecycle calls and whose metrics it counts into).
+    /// A coordinator over `store`, syncing shards with `sync`, making each held shard's processor with
+    /// `processors` and running its records with `runner` (whose metrics it counts into).
     pub fn new(
         store: Arc<dyn LeaseStore>,
         kinesis: Kinesis,
         sync: ShardSync,
         runner: Arc<Runner>,
+        processors: Arc<dyn ProcessorFactory>,
         settings: CoordinatorSettings,
     ) -> Self {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
@@ -87,6 +87,7 @@ impl Coordinator {
             kinesis,
             sync,
             runner,
+            processors,
             settings,
             running: HashMap::new(),
             requested: HashMap::new(),
@@ -101,10 +102,6 @@ impl Coordinator {
 
     fn owner(&self) -> &str {
         &self.store.settings().owner
-    }
-
-    fn processor(&self) -> &dyn RecordProcessor {
-        self.runner.processor().as_ref()
     }
 
     fn metrics(&self) -> &Arc<Metrics> {
@@ -149,6 +146,7 @@ impl Coordinator {
                 tracing::error!(row = %malformed.key, reason = %malformed.reason, "malformed lease row skipped");
             }
         }
+        self.remove_silent_members(&page.members).await;
         if now >= self.next_sync {
             let report = self.sync.sync(self.store.as_ref(), &page.leases).await;
             tracing::debug!(?report, "shard sync");
@@ -173,7 +171,6 @@ impl Coordinator {
                 tracing::info!(shard = %key, to, "handing lease over on request");
                 running.give_to = Some(to);
                 running.stop.cancel();
-                self.processor().shard_revoked(&key).await;
             }
         }
         self.next_expiry = None;
@@ -203,6 +200,22 @@ impl Coordinator {
         }
     }
 
+    /// Deletes the membership rows of workers seen silent for a whole lease duration (crashed ones
+    /// never leave), so rows do not pile up and every scan stops reading them. The delete is
+    /// conditioned on the counter seen: a worker that beats again in between keeps its row, and of
+    /// several workers removing the same row one succeeds.
+    async fn remove_silent_members(&self, members: &[Member]) {
+        if self.settings.assigned.is_some() {
+            return;
+        }
+        for member in members.iter().filter(|m| !m.alive && m.owner != self.owner()) {
+            match self.store.remove_member(member).await {
+                Ok(()) => tracing::info!(member = member.owner, "membership row of a silent worker removed"),
+                Err(e) => tracing::debug!(member = member.owner, error = %e, "membership row not removed"),
+            }
+        }
+    }
+
     fn moves(&self, leases: &[Lease], members: &[Member], running: &HashSet<LeaseKey>) -> Moves {
         match &self.settings.assigned {
             Some(assigned) => {
@@ -224,13 +237,16 @@ impl Coordinator {
         let key = lease.key.clone();
         tracing::info!(shard = %key, checkpoint = %lease.checkpoint, counter = lease.counter, "lease acquired");
         let held = Arc::new(HeldLease::new(self.store.clone(), lease.clone(), sent));
-        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, self.metrics().clone()));
+        let metrics = self.metrics().clone();
+        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, move || {
+            metrics.renewals_failed.inc();
+        }));
         let stop = CancellationToken::new();
-        self.processor().shard_assigned(&key).await;
         let reader = ShardReader {
             kinesis: self.kinesis.clone(),
             held: held.clone(),
             runner: self.runner.clone(),
+            processor: self.processors.create(&key),
             start: lease.checkpoint,
             settings: self.settings.reader.clone(),
             stop: stop.clone(),
@@ -241,7 +257,7 @@ impl Coordinator {
         let span = tracing::info_span!("shard", shard = %key);
         let reader = tokio::spawn(
             async move {
-                let exit = reader.run().await;
+                let exit = run_shard(reader).await;
                 let _ = exits.send((reader_key, exit));
             }
             .instrument(span),
@@ -256,7 +272,6 @@ impl Coordinator {
         let (final_checkpoint, to) = match exit {
             ShardExit::Lost => {
                 tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
-                self.processor().shard_lost(&key).await;
                 return;
             }
             ShardExit::Ended => (None, None),
@@ -271,11 +286,12 @@ impl Coordinator {
 
     async fn shut_down(mut self) {
         tracing::info!(owner = self.owner(), leases = self.running.len(), "shutting down: finishing in-flight records");
-        for (key, running) in &self.running {
-            running.stop.cancel();
-            self.processor().shard_revoked(key).await;
-        }
+        // Every shard finishes its records and runs its processor's closing hook at once, all under
+        // one deadline.
         let deadline = Instant::now() + self.settings.graceful_timeout;
+        for running in self.running.values() {
+            running.stop.cancel();
+        }
         while !self.running.is_empty() {
             tokio::select! {
                 Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
@@ -316,28 +332,5 @@ async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Opt
             None => tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released"),
         },
         Err(e) => tracing::warn!(shard = %key, error = %e, "release failed; the lease will expire instead"),
-    }
-}
-
-/// Renews `held` every `interval` until it is lost or released. A failed renewal is retried soon; the
-/// lease is lost when the table refuses it or its deadline passes first.
-async fn renew_until_lost(held: Arc<HeldLease>, interval: Duration, metrics: Arc<Metrics>) {
-    let retry = (interval / 4).min(Duration::from_millis(500));
-    let mut wait = interval;
-    loop {
-        let wake = (Instant::now() + wait).min(held.deadline());
-        tokio::select! {
-            _ = held.lost().cancelled() => return,
-            _ = tokio::time::sleep_until(wake) => {}
-        }
-        match held.renew().await {
-            Ok(_) => wait = interval,
-            Err(_) if held.lost().is_cancelled() => return,
-            Err(e) => {
-                metrics.renewals_failed.inc();
-                tracing::warn!(shard = %held.key(), error = %e, "renewal failed; retrying");
-                wait = retry;
-            }
-        }
     }
 }

@@ -22,10 +22,10 @@ use std::sync::Arc;
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use leasehold_crds::Ordering;
+use leasehold_crds::{Ordering, ResolvedSpec};
 use tokio_util::sync::CancellationToken;
 
-use crate::processor::Record;
+use crate::processor::{Record, ShardProcessor};
 pub use requeue::{History, open as open_requeued, wrap as wrap_requeued};
 pub use retry::{Outcome, Publisher, RetryPolicy, Runner};
 pub use watermark::Watermark;
@@ -41,11 +41,16 @@ pub struct DispatchSettings {
 
 impl Default for DispatchSettings {
     fn default() -> Self {
-        Self { ordering: Ordering::Key, concurrency: 1 }
+        Self::from_spec(&ResolvedSpec::default())
     }
 }
 
 impl DispatchSettings {
+    /// The order and concurrency of a resolved spec.
+    pub fn from_spec(spec: &ResolvedSpec) -> Self {
+        Self { ordering: spec.ordering, concurrency: spec.concurrency }
+    }
+
     /// Records that may run at once.
     pub fn limit(&self) -> usize {
         match self.ordering {
@@ -88,6 +93,7 @@ pub struct Dispatcher {
     window: usize,
     by_key: bool,
     runner: Arc<Runner>,
+    processor: Arc<dyn ShardProcessor>,
     stop: CancellationToken,
     gate: Gate,
     in_flight: FuturesUnordered<BoxFuture<'static, Finished>>,
@@ -112,15 +118,23 @@ impl std::fmt::Debug for Dispatcher {
 }
 
 impl Dispatcher {
-    /// A dispatcher running records through `runner`. Once `stop` is cancelled no record starts and
-    /// records waiting to be retried are abandoned; `gate` is asked before each record starts.
-    pub fn new(settings: DispatchSettings, runner: Arc<Runner>, stop: CancellationToken, gate: Gate) -> Self {
+    /// A dispatcher running records through `runner` with the shard's `processor`. Once `stop` is
+    /// cancelled no record starts and records waiting to be retried are abandoned; `gate` is asked
+    /// before each record starts.
+    pub fn new(
+        settings: DispatchSettings,
+        runner: Arc<Runner>,
+        processor: Arc<dyn ShardProcessor>,
+        stop: CancellationToken,
+        gate: Gate,
+    ) -> Self {
         let limit = settings.limit();
         Self {
             limit,
             window: settings.window(),
             by_key: settings.ordering == Ordering::Key && limit > 1,
             runner,
+            processor,
             stop,
             gate,
             in_flight: FuturesUnordered::new(),
@@ -223,9 +237,10 @@ impl Dispatcher {
                 return Err(Halted);
             }
             let runner = self.runner.clone();
+            let processor = self.processor.clone();
             let stop = self.stop.clone();
             self.in_flight.push(Box::pin(async move {
-                let outcome = runner.run(&next.record, &stop).await;
+                let outcome = runner.run(processor.as_ref(), &next.record, &stop).await;
                 Finished { ordinal: next.ordinal, key: next.key, outcome, sequence: next.record.sequence_number }
             }));
         }

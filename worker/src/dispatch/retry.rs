@@ -7,13 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
-use leasehold_crds::OnExhausted;
+use leasehold_crds::{OnExhausted, ResolvedSpec};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::requeue::{self, History};
 use crate::metrics::Metrics;
-use crate::processor::{Outputs, ProcessError, Record, RecordProcessor};
+use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
 
 /// What happens when processing a record fails (`spec.retry`).
 #[derive(Debug, Clone)]
@@ -35,12 +35,19 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
+        Self::from_spec(&ResolvedSpec::default(), None)
+    }
+}
+
+impl RetryPolicy {
+    /// The policy of a resolved spec, dead letters going to `dead_letter_stream`.
+    pub fn from_spec(spec: &ResolvedSpec, dead_letter_stream: Option<String>) -> Self {
         Self {
-            max_attempts: 5,
-            backoff: Duration::from_secs(1),
+            max_attempts: spec.max_attempts.max(1),
+            backoff: spec.durations.retry_backoff,
             max_backoff: Duration::from_secs(30),
-            on_exhausted: OnExhausted::Block,
-            dead_letter_stream: None,
+            on_exhausted: spec.on_exhausted,
+            dead_letter_stream,
             max_requeues: 3,
         }
     }
@@ -94,9 +101,8 @@ struct DeadLetter<'a> {
     owner: &'a str,
 }
 
-/// Runs records through a processor under a retry policy; shared by every shard of a worker.
+/// Runs records through a shard's processor under a retry policy; shared by every shard of a worker.
 pub struct Runner {
-    processor: Arc<dyn RecordProcessor>,
     policy: RetryPolicy,
     publisher: Option<Arc<dyn Publisher>>,
     output: Option<(String, Option<String>)>,
@@ -120,9 +126,9 @@ impl Drop for InFlight<'_> {
 }
 
 impl Runner {
-    /// A runner with the default policy (5 attempts from 1 s, then block) and no publisher.
-    pub fn new(processor: Arc<dyn RecordProcessor>, metrics: Arc<Metrics>) -> Self {
-        Self { processor, policy: RetryPolicy::default(), publisher: None, output: None, metrics, owner: String::new() }
+    /// A runner with the default policy (see [`RetryPolicy::default`]) and no publisher.
+    pub fn new(metrics: Arc<Metrics>) -> Self {
+        Self { policy: RetryPolicy::default(), publisher: None, output: None, metrics, owner: String::new() }
     }
 
     /// Uses `policy`.
@@ -149,19 +155,14 @@ impl Runner {
         self
     }
 
-    /// The processor.
-    pub fn processor(&self) -> &Arc<dyn RecordProcessor> {
-        &self.processor
-    }
-
     /// The metrics it counts into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
     }
 
-    /// Processes `record` until it succeeds or the policy disposes of it. A graceful `stop` interrupts
-    /// only the waits between attempts (the attempt in progress finishes).
-    pub async fn run(&self, record: &Record, stop: &CancellationToken) -> Outcome {
+    /// Processes `record` with `processor` until it succeeds or the policy disposes of it. A graceful
+    /// `stop` interrupts only the waits between attempts (the attempt in progress finishes).
+    pub async fn run(&self, processor: &dyn ShardProcessor, record: &Record, stop: &CancellationToken) -> Outcome {
         self.metrics.records_in_flight.inc();
         let _in_flight = InFlight(&self.metrics);
         let opened;
@@ -177,7 +178,7 @@ impl Runner {
         loop {
             attempt += 1;
             let mut outputs = Outputs::default();
-            let processed = match self.processor.process_emitting(record, &mut outputs).await {
+            let processed = match processor.process(record, &mut outputs).await {
                 Ok(()) => self.publish_outputs(outputs, stop).await,
                 Err(error) => Err(error),
             };
@@ -342,8 +343,8 @@ mod tests {
     }
 
     #[async_trait]
-    impl RecordProcessor for Failing {
-        async fn process(&self, _record: &Record) -> Result<(), ProcessError> {
+    impl ShardProcessor for Failing {
+        async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
             self.attempts.fetch_add(1, Ordering::SeqCst);
             Err(if self.retryable { ProcessError::retryable("boom") } else { ProcessError::permanent("bad request") })
         }
@@ -371,7 +372,20 @@ mod tests {
         }
     }
 
-    fn runner(policy: OnExhausted, retryable: bool) -> (Runner, Arc<Failing>, Arc<Collect>) {
+    /// A runner with the processor it runs.
+    struct Bound(Runner, Arc<Failing>);
+
+    impl Bound {
+        async fn run(&self, record: &Record, stop: &CancellationToken) -> Outcome {
+            self.0.run(self.1.as_ref(), record, stop).await
+        }
+
+        fn metrics(&self) -> &Arc<Metrics> {
+            self.0.metrics()
+        }
+    }
+
+    fn runner(policy: OnExhausted, retryable: bool) -> (Bound, Arc<Failing>, Arc<Collect>) {
         let failing = Arc::new(Failing { attempts: AtomicU32::new(0), retryable });
         let sink = Arc::new(Collect::default());
         let policy = RetryPolicy {
@@ -382,8 +396,8 @@ mod tests {
             max_requeues: 2,
             ..RetryPolicy::default()
         };
-        let runner = Runner::new(failing.clone(), Arc::default()).with_policy(policy).with_publisher(sink.clone());
-        (runner, failing, sink)
+        let runner = Runner::new(Arc::default()).with_policy(policy).with_publisher(sink.clone());
+        (Bound(runner, failing.clone()), failing, sink)
     }
 
     #[tokio::test(start_paused = true)]

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::*;
-use crate::processor::{ProcessError, RecordProcessor};
+use crate::processor::{Outputs, ProcessError, ShardProcessor};
 
 /// Watches what runs: how many at once, per key at once, and each key's processing order.
 #[derive(Default)]
@@ -31,8 +31,8 @@ fn number(record: &Record) -> u64 {
 }
 
 #[async_trait]
-impl RecordProcessor for Probe {
-    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+impl ShardProcessor for Probe {
+    async fn process(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
         let n = number(record);
         let now = self.running.fetch_add(1, AtomicOrdering::SeqCst) + 1;
         self.most.fetch_max(now, AtomicOrdering::SeqCst);
@@ -70,9 +70,9 @@ fn record(n: u64, key: &str) -> Record {
 
 fn dispatcher(ordering: Ordering, concurrency: usize, probe: Arc<Probe>) -> (Dispatcher, CancellationToken) {
     let stop = CancellationToken::new();
-    let runner = Arc::new(Runner::new(probe, Arc::default()));
+    let runner = Arc::new(Runner::new(Arc::default()));
     let settings = DispatchSettings { ordering, concurrency };
-    (Dispatcher::new(settings, runner, stop.clone(), Box::new(|| true)), stop)
+    (Dispatcher::new(settings, runner, probe, stop.clone(), Box::new(|| true)), stop)
 }
 
 /// Admits every record as the shard reader does (waiting for room), then waits for all to end.
@@ -170,11 +170,12 @@ async fn a_closed_gate_starts_nothing_more() {
     let probe = Arc::new(Probe::default());
     let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let gate_open = open.clone();
-    let runner = Arc::new(Runner::new(probe.clone(), Arc::default()));
+    let runner = Arc::new(Runner::new(Arc::default()));
     let settings = DispatchSettings { ordering: Ordering::Key, concurrency: 2 };
     let mut d = Dispatcher::new(
         settings,
         runner,
+        probe.clone(),
         CancellationToken::new(),
         Box::new(move || gate_open.load(AtomicOrdering::SeqCst)),
     );

@@ -125,11 +125,6 @@ impl Kinesis {
         Self { client }
     }
 
-    /// The SDK client (for producers and tests).
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
     /// Every stream in the account and region, following paging.
     pub async fn list_streams(&self) -> Result<Vec<String>> {
         let mut names = Vec::new();

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use super::clock::{Clock, SystemClock};
 
-/// Default lease duration (DESIGN.md: lease 10 s, renew every 3 s).
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(10);
+/// Default lease duration (`spec.lease.duration`'s default).
+pub const DEFAULT_LEASE_DURATION: Duration = leasehold_crds::defaults::LEASE_DURATION;
 
 /// The owner id, lease duration and clocks of one worker's lease store.
 #[derive(Debug, Clone)]

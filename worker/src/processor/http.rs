@@ -66,7 +66,7 @@ use hyper_util::rt::TokioExecutor;
 
 use base64::Engine;
 
-use super::{Output, Outputs, ProcessError, Record, RecordProcessor};
+use super::{Output, Outputs, ProcessError, Record, ShardProcessor};
 use batch::Batcher;
 pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
 
@@ -238,12 +238,8 @@ fn rejects_record(status: StatusCode) -> bool {
 }
 
 #[async_trait]
-impl RecordProcessor for HttpProcessor {
-    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
-        self.process_emitting(record, &mut Outputs::default()).await
-    }
-
-    async fn process_emitting(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError> {
+impl ShardProcessor for HttpProcessor {
+    async fn process(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError> {
         let emitted = match &self.batcher {
             Some(batcher) => batcher.process(record).await?,
             None => {

@@ -1,5 +1,6 @@
 //! Record processors: what a worker does with each record. The binary picks one from the spec; a Rust
-//! program can bring its own by implementing [`RecordProcessor`].
+//! program brings its own by implementing [`ShardProcessor`] and handing the worker a
+//! [`ProcessorFactory`] that makes one per shard.
 
 mod http;
 mod multilang;
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 
-use crate::lease::LeaseKey;
+use crate::lease::{Checkpoint, LeaseKey};
 pub use http::{BATCH_CONTENT_TYPE, EVENT_TYPE, HttpBatching, HttpProcessor, HttpProcessorError};
 pub use multilang::MultilangProcessor;
 pub use output::{Output, Outputs};
@@ -57,31 +58,139 @@ impl ProcessError {
     }
 }
 
-/// Business logic plugged into a worker.
-///
-/// `process` may be called again for a record after a crash or a lost lease (delivery is
-/// at-least-once). The lifecycle calls say which shards the processor currently owns.
-#[async_trait]
-pub trait RecordProcessor: Send + Sync {
-    /// Processes one record; an error makes the worker retry it (see `spec.retry`).
-    async fn process(&self, record: &Record) -> Result<(), ProcessError>;
+/// Where a shard's processing begins, as told to [`ShardProcessor::initialize`] (the KCL's
+/// `InitializationInput`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardStart {
+    /// The shard (stream and shard id).
+    pub shard: LeaseKey,
+    /// The lease's checkpoint: records up to it are done; reading resumes after it.
+    pub checkpoint: Checkpoint,
+}
 
-    /// Processes one record and may emit records to `output.stream`. The worker calls this one; the
-    /// default calls [`process`](Self::process) and emits nothing. Outputs are published after it
-    /// returns `Ok` and before the record counts as done, so they are delivered at least once.
-    async fn process_emitting(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
-        self.process(record).await
+/// Business logic for one shard, made by a [`ProcessorFactory`] when this worker takes the shard's
+/// lease: the shape of the Java KCL's `ShardRecordProcessor`.
+///
+/// Calls, in order: [`initialize`](Self::initialize) once; [`process`](Self::process) for every
+/// record (up to `concurrency` at once, never two of one partition key at once with `ordering: key`);
+/// then exactly one of [`shard_ended`](Self::shard_ended), [`shutdown_requested`](Self::shutdown_requested)
+/// or [`lease_lost`](Self::lease_lost), bounded by `lease.gracefulTimeout`. A record may be processed
+/// again after a crash or a lost lease (delivery is at-least-once across crashes).
+///
+/// ```
+/// use leasehold_worker::{Outputs, ProcessError, Record, ShardProcessor};
+///
+/// struct Printer;
+///
+/// #[async_trait::async_trait]
+/// impl ShardProcessor for Printer {
+///     async fn process(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+///         println!("{} {}", record.partition_key, record.data.len());
+///         Ok(())
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait ShardProcessor: Send + Sync {
+    /// The worker now holds the shard's lease and is about to read from `start.checkpoint`.
+    async fn initialize(&self, _start: &ShardStart) {}
+
+    /// Processes one record and may emit records to `output.stream` through `outputs`. `Ok` makes
+    /// the record done: its outputs are published, then it may be checkpointed. An error makes the
+    /// worker retry it (see `spec.retry`).
+    async fn process(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError>;
+
+    /// The shard was read to its end and every record is done; `SHARD_END` is checkpointed. Its
+    /// children are read next, possibly by other workers.
+    async fn shard_ended(&self) {}
+
+    /// The worker gives the shard up (a handoff, a shutdown, or the shard cannot be read any more):
+    /// the records running have finished and the done prefix will be checkpointed after this call.
+    async fn shutdown_requested(&self) {}
+
+    /// Another worker holds the shard now: nothing more is checkpointed, and records not yet
+    /// checkpointed will be delivered to the new holder again.
+    async fn lease_lost(&self) {}
+}
+
+/// Makes the processor of each shard this worker takes (the KCL's `ShardRecordProcessorFactory`).
+///
+/// Any `Fn(&LeaseKey) -> P` is a factory; state shared by every shard goes in what the closure
+/// captures, and [`shared`] serves one processor object to every shard.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+///
+/// use leasehold_worker::{LeaseKey, Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor};
+///
+/// /// Counts one shard's records; `total` is shared by every shard.
+/// struct Counter {
+///     shard: LeaseKey,
+///     seen: AtomicU64,
+///     total: Arc<AtomicU64>,
+/// }
+///
+/// #[async_trait::async_trait]
+/// impl ShardProcessor for Counter {
+///     async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+///         self.seen.fetch_add(1, Ordering::Relaxed);
+///         self.total.fetch_add(1, Ordering::Relaxed);
+///         Ok(())
+///     }
+///
+///     async fn shard_ended(&self) {
+///         println!("{}: {} records", self.shard, self.seen.load(Ordering::Relaxed));
+///     }
+/// }
+///
+/// let total = Arc::new(AtomicU64::new(0));
+/// let factory = move |shard: &LeaseKey| Counter { shard: shard.clone(), seen: AtomicU64::new(0), total: total.clone() };
+/// let _processor = factory.create(&LeaseKey::new("orders", "shardId-000000000000"));
+/// ```
+pub trait ProcessorFactory: Send + Sync {
+    /// The processor for `shard`, just taken by this worker.
+    fn create(&self, shard: &LeaseKey) -> Arc<dyn ShardProcessor>;
+}
+
+impl<F, P> ProcessorFactory for F
+where
+    F: Fn(&LeaseKey) -> P + Send + Sync,
+    P: ShardProcessor + 'static,
+{
+    fn create(&self, shard: &LeaseKey) -> Arc<dyn ShardProcessor> {
+        Arc::new(self(shard))
+    }
+}
+
+/// A factory handing the same `processor` to every shard: for processors with no per-shard state
+/// (the stdout and http processors).
+pub fn shared<P: ShardProcessor + 'static>(processor: P) -> impl ProcessorFactory {
+    let processor = Arc::new(processor);
+    move |_: &LeaseKey| processor.clone()
+}
+
+/// A processor shared behind an `Arc` (by [`shared`], or kept by its maker to look into) processes as
+/// itself.
+#[async_trait]
+impl<P: ShardProcessor + ?Sized> ShardProcessor for Arc<P> {
+    async fn initialize(&self, start: &ShardStart) {
+        self.as_ref().initialize(start).await
     }
 
-    /// This worker now owns `shard`.
-    async fn shard_assigned(&self, _shard: &LeaseKey) {}
+    async fn process(&self, record: &Record, outputs: &mut Outputs) -> Result<(), ProcessError> {
+        self.as_ref().process(record, outputs).await
+    }
 
-    /// `shard` is being given up gracefully (handoff or shutdown); its progress will be checkpointed.
-    async fn shard_revoked(&self, _shard: &LeaseKey) {}
+    async fn shard_ended(&self) {
+        self.as_ref().shard_ended().await
+    }
 
-    /// `shard` was lost (another worker took it); nothing more may be checkpointed for it.
-    async fn shard_lost(&self, _shard: &LeaseKey) {}
+    async fn shutdown_requested(&self) {
+        self.as_ref().shutdown_requested().await
+    }
 
-    /// `shard` has been read to its end and checkpointed `SHARD_END`.
-    async fn shard_ended(&self, _shard: &LeaseKey) {}
+    async fn lease_lost(&self) {
+        self.as_ref().lease_lost().await
+    }
 }

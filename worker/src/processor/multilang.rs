@@ -2,9 +2,11 @@
 //! protocol (JSON lines on stdin/stdout), so existing KCL record processors (amazon_kclpy, aws-kcl for
 //! Node) run unchanged, without a JVM.
 //!
-//! Each shard has a session task that owns its child. The child is started, and sent `initialize`, as
-//! soon as the worker holds the shard's lease (as the KCL does), in that task, so a slow child never
-//! delays taking other leases.
+//! [`MultilangProcessor`] is the factory; each shard's processor owns a session task that owns the
+//! shard's child. The child is started, and sent `initialize` with the lease's checkpoint, as soon as
+//! the worker holds the shard's lease (as the KCL does), in that task, so a slow child never delays
+//! taking other leases. Dropping the shard's processor (an abandoned reader) ends the task and the
+//! child with it, so no child outlives its lease.
 //!
 //! Messages sent: `initialize`, `processRecords`, `shutdownRequested` (graceful revoke), `leaseLost`,
 //! `shardEnded`. A `processRecords` message carries every record of the shard that is waiting when the
@@ -18,7 +20,6 @@
 //! exits or does not answer within the timeout is killed; the records of that message are retried in a
 //! fresh child (initialized again), so nothing is lost.
 
-use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -31,8 +32,8 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ProcessError, Record, RecordProcessor};
-use crate::lease::LeaseKey;
+use super::{Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart};
+use crate::lease::{Checkpoint, LeaseKey};
 
 /// One shard's child process.
 struct Session {
@@ -41,10 +42,14 @@ struct Session {
     stdout: Lines<BufReader<ChildStdout>>,
 }
 
-/// Runs a MultiLangDaemon-protocol child per shard.
+/// Makes each shard's processor: a MultiLangDaemon-protocol child per shard.
 pub struct MultilangProcessor {
     shared: Arc<Shared>,
-    sessions: std::sync::Mutex<HashMap<LeaseKey, mpsc::UnboundedSender<Command>>>,
+}
+
+/// One shard's processor: the handle of its session task.
+struct MultilangShard {
+    commands: mpsc::UnboundedSender<Command>,
 }
 
 /// What every shard's session task needs.
@@ -57,6 +62,8 @@ struct Shared {
 
 /// A request to a shard's session task.
 enum Command {
+    /// Start the child and send `initialize` with this `sequenceNumber`.
+    Initialize(Value),
     /// Process a record; the answer goes back when its message has been answered.
     Process(Record, oneshot::Sender<Result<(), ProcessError>>),
     /// Send the closing action (`shutdownRequested`, `leaseLost`, `shardEnded`), end the child, stop.
@@ -77,7 +84,7 @@ fn failed(message: impl Into<String>) -> ProcessError {
 }
 
 impl Session {
-    async fn start(shared: &Shared, key: &LeaseKey) -> Result<Self, ProcessError> {
+    async fn start(shared: &Shared, key: &LeaseKey, sequence: &Value) -> Result<Self, ProcessError> {
         let (program, args) =
             shared.command.split_first().ok_or_else(|| ProcessError::permanent("multilang command is empty"))?;
         let mut child = tokio::process::Command::new(program)
@@ -91,7 +98,7 @@ impl Session {
         let stdin = child.stdin.take().ok_or_else(|| failed("child has no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| failed("child has no stdout"))?;
         let mut session = Session { child, stdin, stdout: BufReader::new(stdout).lines() };
-        let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": null, "subSequenceNumber": null});
+        let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": sequence, "subSequenceNumber": null});
         session.exchange(&initialize, "initialize", shared).await?;
         Ok(session)
     }
@@ -148,7 +155,7 @@ impl MultilangProcessor {
     /// Runs `command` per shard; a child that does not answer within `timeout` is restarted.
     pub fn new(command: Vec<String>, timeout: Duration) -> Self {
         let shared = Shared { command, timeout, checkpoint_requests: AtomicU64::new(0), restarts: AtomicU64::new(0) };
-        Self { shared: Arc::new(shared), sessions: std::sync::Mutex::default() }
+        Self { shared: Arc::new(shared) }
     }
 
     /// Checkpoint requests the children have made.
@@ -160,30 +167,34 @@ impl MultilangProcessor {
     pub fn restarts(&self) -> u64 {
         self.shared.restarts.load(Ordering::Relaxed)
     }
+}
 
-    /// The session task of `key`, started if it has none (or its task has ended).
-    fn session(&self, key: &LeaseKey) -> mpsc::UnboundedSender<Command> {
-        let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sender) = sessions.get(key).filter(|s| !s.is_closed()) {
-            return sender.clone();
-        }
+impl ProcessorFactory for MultilangProcessor {
+    fn create(&self, shard: &LeaseKey) -> Arc<dyn ShardProcessor> {
         // Unbounded is safe: every queued record has a caller waiting for it, and the dispatcher bounds
         // how many records are in flight.
-        let (sender, commands) = mpsc::unbounded_channel();
-        tokio::spawn(run_session(self.shared.clone(), key.clone(), commands));
-        sessions.insert(key.clone(), sender.clone());
-        sender
+        let (commands, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(run_session(self.shared.clone(), shard.clone(), receiver));
+        Arc::new(MultilangShard { commands })
     }
+}
 
+/// The `sequenceNumber` of `initialize`: the checkpoint, as the KCL's extended sequence numbers spell it.
+fn initial_sequence(checkpoint: &Checkpoint) -> Value {
+    match checkpoint {
+        Checkpoint::Sequence(sequence) => Value::from(sequence.as_str()),
+        Checkpoint::TrimHorizon => Value::from("TRIM_HORIZON"),
+        Checkpoint::Latest => Value::from("LATEST"),
+        Checkpoint::AtTimestamp(_) => Value::from("AT_TIMESTAMP"),
+        Checkpoint::ShardEnd => Value::from("SHARD_END"),
+    }
+}
+
+impl MultilangShard {
     /// Sends a closing action to the shard's child and waits until it has ended.
-    async fn finish(&self, key: &LeaseKey, action: &'static str) {
-        let sender = {
-            let mut sessions = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-            sessions.remove(key)
-        };
-        let Some(sender) = sender else { return };
+    async fn finish(&self, action: &'static str) {
         let (done, finished) = oneshot::channel();
-        if sender.send(Command::Finish(action, done)).is_ok() {
+        if self.commands.send(Command::Finish(action, done)).is_ok() {
             // An error only means the task had already ended, and its child with it.
             let _ = finished.await;
         }
@@ -192,17 +203,22 @@ impl MultilangProcessor {
 
 /// One shard's session: owns the child, sends waiting records together, restarts a failed child.
 async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::UnboundedReceiver<Command>) {
-    let mut child = match Session::start(&shared, &key).await {
-        Ok(started) => Some(started),
-        Err(e) => {
-            tracing::warn!(shard = %key, error = %e, "multilang child did not start; retried with the first record");
-            None
-        }
-    };
+    let mut child = None;
+    let mut sequence = Value::Null;
     let mut finish = None;
     while finish.is_none() {
         let Some(command) = commands.recv().await else { break };
         let mut batch = match command {
+            Command::Initialize(at) => {
+                sequence = at;
+                match Session::start(&shared, &key, &sequence).await {
+                    Ok(started) => child = Some(started),
+                    Err(e) => {
+                        tracing::warn!(shard = %key, error = %e, "multilang child did not start; retried with the first record")
+                    }
+                }
+                continue;
+            }
             Command::Process(record, answer) => vec![(record, answer)],
             Command::Finish(action, done) => {
                 finish = Some((action, done));
@@ -212,6 +228,7 @@ async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::Unb
         while batch.len() < MAX_RECORDS_PER_MESSAGE {
             match commands.try_recv() {
                 Ok(Command::Process(record, answer)) => batch.push((record, answer)),
+                Ok(Command::Initialize(_)) => {}
                 Ok(Command::Finish(action, done)) => {
                     finish = Some((action, done));
                     break;
@@ -225,7 +242,7 @@ async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::Unb
             continue;
         }
         let records: Vec<&Record> = batch.iter().map(|(record, _)| record).collect();
-        let result = process_records(&shared, &key, &mut child, &records).await;
+        let result = process_records(&shared, &key, &sequence, &mut child, &records).await;
         if let Err(e) = &result {
             // A crashed or stalled child is replaced; the records are retried in the new one.
             tracing::warn!(shard = %key, error = %e, "multilang child failed; restarting it");
@@ -256,12 +273,13 @@ async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::Unb
 async fn process_records(
     shared: &Shared,
     key: &LeaseKey,
+    sequence: &Value,
     child: &mut Option<Session>,
     records: &[&Record],
 ) -> Result<(), ProcessError> {
     let running = match child {
         Some(running) => running,
-        None => child.insert(Session::start(shared, key).await?),
+        None => child.insert(Session::start(shared, key, sequence).await?),
     };
     let records: Vec<Value> = records
         .iter()
@@ -281,29 +299,29 @@ async fn process_records(
 }
 
 #[async_trait]
-impl RecordProcessor for MultilangProcessor {
-    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
-        let key = LeaseKey::new(&*record.stream, &*record.shard_id);
+impl ShardProcessor for MultilangShard {
+    async fn initialize(&self, start: &ShardStart) {
+        // An error only means the task has ended; the first record reports it.
+        let _ = self.commands.send(Command::Initialize(initial_sequence(&start.checkpoint)));
+    }
+
+    async fn process(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
         let (answer, answered) = oneshot::channel();
-        self.session(&key)
+        self.commands
             .send(Command::Process(record.clone(), answer))
             .map_err(|_| failed("the multilang session has stopped"))?;
         answered.await.map_err(|_| failed("the multilang session ended before answering"))?
     }
 
-    async fn shard_assigned(&self, shard: &LeaseKey) {
-        self.session(shard);
+    async fn shard_ended(&self) {
+        self.finish("shardEnded").await;
     }
 
-    async fn shard_revoked(&self, shard: &LeaseKey) {
-        self.finish(shard, "shutdownRequested").await;
+    async fn shutdown_requested(&self) {
+        self.finish("shutdownRequested").await;
     }
 
-    async fn shard_lost(&self, shard: &LeaseKey) {
-        self.finish(shard, "leaseLost").await;
-    }
-
-    async fn shard_ended(&self, shard: &LeaseKey) {
-        self.finish(shard, "shardEnded").await;
+    async fn lease_lost(&self) {
+        self.finish("leaseLost").await;
     }
 }

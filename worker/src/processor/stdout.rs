@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use base64::Engine;
 use serde::Serialize;
 
-use super::{ProcessError, Record, RecordProcessor};
+use super::{Outputs, ProcessError, Record, ShardProcessor};
 
 /// Prints `{"stream","shardId","sequenceNumber","partitionKey","data" (base64),"owner"}` per record.
 #[derive(Debug, Clone)]
@@ -46,8 +46,8 @@ impl StdoutProcessor {
 }
 
 #[async_trait]
-impl RecordProcessor for StdoutProcessor {
-    async fn process(&self, record: &Record) -> Result<(), ProcessError> {
+impl ShardProcessor for StdoutProcessor {
+    async fn process(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
         let mut line = self.line(record)?;
         line.push('\n');
         // One write per line keeps lines whole when several shards print at once.

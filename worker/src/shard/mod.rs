@@ -1,20 +1,24 @@
 //! Reading one shard: iterator from the checkpoint, paced GetRecords, records to the dispatcher (order,
 //! concurrency, retries), checkpoints of the completed prefix, and the shard's end.
 
+mod lifecycle;
 mod pace;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder;
+use leasehold_crds::ResolvedSpec;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::coordinator::HeldLease;
 use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
-use crate::lease::{Checkpoint, LeaseError};
+use crate::lease::{Checkpoint, HeldLease, LeaseError};
+use crate::processor::ShardProcessor;
 use pace::Pace;
+
+pub use lifecycle::run_shard;
 
 /// How a shard is read.
 #[derive(Debug, Clone)]
@@ -29,17 +33,27 @@ pub struct ReaderSettings {
     pub min_call_gap: Duration,
     /// Order and concurrency inside the shard.
     pub dispatch: DispatchSettings,
+    /// Longest wait for a processor's closing hook (`lease.gracefulTimeout`).
+    pub hook_timeout: Duration,
+}
+
+impl ReaderSettings {
+    /// The reading settings of a resolved spec.
+    pub fn from_spec(spec: &ResolvedSpec) -> Self {
+        Self {
+            max_records: spec.max_records,
+            idle_time: spec.durations.idle_time,
+            checkpoint_interval: spec.durations.checkpoint_interval,
+            min_call_gap: Duration::from_millis(200),
+            dispatch: DispatchSettings::from_spec(spec),
+            hook_timeout: spec.durations.graceful_timeout,
+        }
+    }
 }
 
 impl Default for ReaderSettings {
     fn default() -> Self {
-        Self {
-            max_records: 1000,
-            idle_time: Duration::from_millis(500),
-            checkpoint_interval: Duration::from_secs(1),
-            min_call_gap: Duration::from_millis(200),
-            dispatch: DispatchSettings::default(),
-        }
+        Self::from_spec(&ResolvedSpec::default())
     }
 }
 
@@ -73,6 +87,8 @@ pub struct ShardReader {
     pub held: Arc<HeldLease>,
     /// Runs each record through the processor and the retry policy.
     pub runner: Arc<Runner>,
+    /// The shard's processor (made for this lease).
+    pub processor: Arc<dyn ShardProcessor>,
     /// Where to start: the lease's checkpoint.
     pub start: Checkpoint,
     /// Reading settings.
@@ -150,7 +166,13 @@ impl ShardReader {
         // After a pause (a stopped process, a starved runtime) the deadline may have passed before the
         // renewer noticed: no record starts past it.
         let gate: Gate = Box::new(move || held.is_valid());
-        let mut dispatcher = Dispatcher::new(self.settings.dispatch, self.runner.clone(), self.stop.clone(), gate);
+        let mut dispatcher = Dispatcher::new(
+            self.settings.dispatch,
+            self.runner.clone(),
+            self.processor.clone(),
+            self.stop.clone(),
+            gate,
+        );
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
         let exit = match self.read(&mut dispatcher, &mut cursor).await {
@@ -236,8 +258,9 @@ impl ShardReader {
                 return self.finish(d, cursor).await;
             }
             self.maybe_checkpoint(d, cursor).await?;
-            if empty && !self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await? {
-                continue;
+            if empty {
+                // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
+                self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await?;
             }
         }
     }
@@ -371,7 +394,6 @@ impl ShardReader {
             match self.write_checkpoint(&Checkpoint::ShardEnd).await {
                 Ok(()) => {
                     tracing::info!(shard = %self.held.key(), "shard ended");
-                    self.runner.processor().shard_ended(self.held.key()).await;
                     return Ok(ShardExit::Ended);
                 }
                 Err(e) if e.is_not_held() => return Ok(ShardExit::Lost),

@@ -14,7 +14,7 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
-use super::row::{Lease, Member, NewLease, attr, decode, decode_row, encode_new, member_row_key};
+use super::row::{Lease, Member, NewLease, attr, decode, decode_row, encode_new, member_key, member_row_key};
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
 use convert::{from_item, to_item};
@@ -278,7 +278,7 @@ impl LeaseStore for DynamoLeaseStore {
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .send()
             .await
-            .map_err(|e| classify(e, self.request(None, "heartbeat")))?;
+            .map_err(|e| classify(e, self.request(Some(&member_key(&self.settings.owner)), "heartbeat")))?;
         Ok(())
     }
 
@@ -302,7 +302,7 @@ impl LeaseStore for DynamoLeaseStore {
             .expression_attribute_values(":counter", AttributeValue::N(member.counter.to_string()))
             .send()
             .await
-            .map_err(|e| classify(e, self.request(None, "remove member")))?;
+            .map_err(|e| classify(e, self.request(Some(&member_key(&member.owner)), "remove member")))?;
         Ok(())
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::lease::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
+use super::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
 
 /// A held lease shared by the coordinator (renewals, release) and the shard's reader (checkpoints).
 pub struct HeldLease {

@@ -1,0 +1,156 @@
+//! The worker binary's whole life, for `leasehold-worker` and for a user's own binary alike: flags,
+//! logging, `/metrics` `/healthz` `/readyz`, SIGTERM and SIGINT, exit codes.
+//!
+//! Exit codes: 0 after a clean shutdown; 2 when the flags or the configuration are refused (the
+//! message names the field); 1 when the worker cannot run (the lease table cannot be made, the metrics
+//! address cannot be bound).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::WorkerConfig;
+use crate::metrics::Metrics;
+use crate::processor::ProcessorFactory;
+use crate::{observe, runtime};
+
+/// Runs one worker of a Leasehold consumer: reads the shards it leases and processes their records.
+#[derive(Debug, Parser)]
+#[command(version)]
+struct Args {
+    /// YAML file holding a StreamConsumer spec.
+    #[arg(long)]
+    config: PathBuf,
+    /// Lease owner id (default: spec.ownerId, else a fresh id per process).
+    #[arg(long)]
+    owner_id: Option<String>,
+    /// Address of /metrics, /healthz and /readyz (port 0: any free port, logged at start).
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    metrics_addr: SocketAddr,
+    /// Log format on standard error.
+    #[arg(long, value_enum, default_value_t = LogFormat::Json)]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum LogFormat {
+    Json,
+    Text,
+}
+
+/// The `leasehold-worker` binary: the processor is one of the built-in ones the spec names.
+pub fn main() -> ExitCode {
+    start(None)
+}
+
+/// A worker binary of your own: `spec.processor.custom` runs `processors` (one processor per shard);
+/// the built-in processors stay available under their names. Everything else is as for
+/// `leasehold-worker`: the same flags, endpoints, signals and exit codes, so the operator runs it as a
+/// consumer's worker image.
+///
+/// ```no_run
+/// use leasehold_worker::{LeaseKey, Outputs, ProcessError, Record, ShardProcessor};
+///
+/// struct Printer;
+///
+/// #[async_trait::async_trait]
+/// impl ShardProcessor for Printer {
+///     async fn process(&self, record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+///         println!("{}", record.partition_key);
+///         Ok(())
+///     }
+/// }
+///
+/// fn main() -> std::process::ExitCode {
+///     leasehold_worker::main_with_processor(|_shard: &LeaseKey| Printer)
+/// }
+/// ```
+pub fn main_with_processor(processors: impl ProcessorFactory + 'static) -> ExitCode {
+    start(Some(Arc::new(processors)))
+}
+
+fn start(custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCode {
+    let args = Args::parse();
+    init_logging(args.log_format);
+    match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(tokio) => tokio.block_on(serve(args, custom)),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,aws_config=warn,aws_smithy_runtime=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).with_current_span(false).init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCode {
+    let config = match WorkerConfig::load(&args.config) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let owner = runtime::owner_id(&config, args.owner_id);
+    let processors = match runtime::processors(&config, &owner, custom) {
+        Ok(processors) => processors,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let shutdown = CancellationToken::new();
+    let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!(address = %args.metrics_addr, error = %e, "cannot listen for /metrics");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Ok(address) = listener.local_addr() {
+        tracing::info!(address = %address, "serving /metrics, /healthz and /readyz");
+    }
+    let metrics = Arc::new(Metrics::default());
+    let serving = observe::serve(listener, metrics.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        if let Err(e) = serving.await {
+            tracing::error!(error = %e, "/metrics server failed");
+        }
+    });
+    tokio::spawn(cancel_on_signal(shutdown.clone()));
+    match runtime::run(config, owner, processors, metrics, shutdown).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "worker failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn cancel_on_signal(shutdown: CancellationToken) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM");
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+    shutdown.cancel();
+}

@@ -1,0 +1,30 @@
+//! A shard's processor through its whole life, in one place: `initialize`, the reading, then exactly
+//! one closing hook that fits how the reading ended, bounded by `lease.gracefulTimeout` so a slow hook
+//! never holds a handoff or a shutdown past it.
+
+use super::{ShardExit, ShardReader};
+use crate::processor::ShardStart;
+
+/// Reads the shard with its processor, calling the processor's lifecycle hooks; returns how it ended.
+///
+/// Hooks: `Ended` → `shard_ended`; `Stopped` (handoff, shutdown) and `Failed` (the shard cannot be
+/// read: the worker gives it up, checkpointing what is done) → `shutdown_requested`; `Lost` →
+/// `lease_lost`. Dropping the returned future (a reader abandoned at the shutdown deadline) drops the
+/// processor, which must then let go of what it holds.
+pub async fn run_shard(reader: ShardReader) -> ShardExit {
+    let processor = reader.processor.clone();
+    let timeout = reader.settings.hook_timeout;
+    let key = reader.held.key().clone();
+    let start = ShardStart { shard: key.clone(), checkpoint: reader.start.clone() };
+    processor.initialize(&start).await;
+    let exit = reader.run().await;
+    let (hook, closing) = match &exit {
+        ShardExit::Ended => ("shard_ended", processor.shard_ended()),
+        ShardExit::Stopped { .. } | ShardExit::Failed { .. } => ("shutdown_requested", processor.shutdown_requested()),
+        ShardExit::Lost => ("lease_lost", processor.lease_lost()),
+    };
+    if tokio::time::timeout(timeout, closing).await.is_err() {
+        tracing::warn!(shard = %key, hook, ?timeout, "processor hook did not return within lease.gracefulTimeout; going on");
+    }
+    exit
+}

@@ -125,6 +125,11 @@ impl WorkerProcess {
             .collect()
     }
 
+    /// Every line the worker has printed on stdout, in order (for processors other than stdout's).
+    pub fn stdout_lines(&self) -> Vec<String> {
+        self.stdout.lock().expect("lines").iter().map(|(_, line)| line.clone()).collect()
+    }
+
     /// How many lines the worker has printed on stdout (records, with the stdout processor).
     pub fn delivery_count(&self) -> usize {
         self.stdout.lock().expect("lines").len()

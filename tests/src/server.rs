@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use axum::Router;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// An axum router served on 127.0.0.1 at a free port; stops when dropped.
 pub struct LocalServer {
@@ -31,4 +32,16 @@ impl Drop for LocalServer {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// GET `path` from `address` (`host:port`) over plain HTTP/1.1: (status, body).
+pub async fn http_get(address: &str, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
+    (status, body.to_string())
 }

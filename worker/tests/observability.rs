@@ -8,19 +8,7 @@ use std::time::Duration;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-/// GET `path` from `address`: (status, body).
-async fn get(address: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
-    (status, body.to_string())
-}
+use leasehold_testkit::server::http_get as get;
 
 /// Sample lines of an exposition: series (name with labels) -> value.
 fn samples(text: &str) -> HashMap<String, f64> {

@@ -59,19 +59,6 @@ impl ShardProcessor for Flaky {
     }
 }
 
-/// Runs `test` on a runtime of its own, after giving the SDK's default credential chain the test
-/// credentials (a worker in this process finds them in the environment, as the binary does).
-fn run_test(test: impl std::future::Future<Output = ()>) {
-    static ENV: std::sync::Once = std::sync::Once::new();
-    // SAFETY: every test calls this before anything reads the environment, and the Once makes the
-    // other tests wait until the variables are set, so no read runs alongside the write.
-    ENV.call_once(|| unsafe {
-        std::env::set_var("AWS_ACCESS_KEY_ID", "leasehold-test");
-        std::env::set_var("AWS_SECRET_ACCESS_KEY", "leasehold-test");
-    });
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(test);
-}
-
 /// A worker running in this process until dropped or stopped.
 struct InProcess {
     flaky: Arc<Flaky>,

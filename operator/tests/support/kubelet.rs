@@ -1,5 +1,5 @@
 //! A stand-in kubelet for end-to-end tests: there is no container runtime here, so the worker pods the
-//! operator's Deployments create are run as local `leasehold-worker` processes, with the pod's args,
+//! operator's Deployments create are run as local processes of the binary their image stands for, with the pod's args,
 //! its environment (including the downward API's pod name) and its mounted ConfigMap. A pod deleted by
 //! Kubernetes has its process killed.
 
@@ -15,16 +15,31 @@ use leasehold_operator::build::{CONFIG_KEY, CONFIG_VOLUME, WORKER_CONTAINER};
 use leasehold_testkit::process::WorkerProcess;
 use tokio_util::sync::CancellationToken;
 
+/// The image a user's own worker binary stands for: `worker/examples/custom_processor.rs`.
+pub const CUSTOM_PROCESSOR_IMAGE: &str = "example.invalid/custom-processor:dev";
+
 /// The worker binary built next to the test (`cargo test --workspace` builds it).
 pub fn worker_binary() -> PathBuf {
+    built("leasehold-worker", "cargo build -p leasehold-worker")
+}
+
+/// The binary a worker container's image stands for: the custom-processor example for
+/// [`CUSTOM_PROCESSOR_IMAGE`], else `leasehold-worker`.
+fn binary_for(image: Option<&str>) -> PathBuf {
+    match image {
+        Some(CUSTOM_PROCESSOR_IMAGE) => {
+            built("examples/custom_processor", "cargo build -p leasehold-worker --example custom_processor")
+        }
+        _ => worker_binary(),
+    }
+}
+
+/// `path` under the target's debug directory, which must have been built.
+fn built(path: &str, how: &str) -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
     let debug = exe.parent().and_then(Path::parent).expect("target/debug");
-    let binary = debug.join("leasehold-worker");
-    assert!(
-        binary.exists(),
-        "{} is missing: build it first (`cargo build -p leasehold-worker`, or run `make test`)",
-        binary.display()
-    );
+    let binary = debug.join(path);
+    assert!(binary.exists(), "{} is missing: build it first (`{how}`, or run `make test`)", binary.display());
     binary
 }
 
@@ -125,5 +140,5 @@ async fn start(config_maps: &Api<ConfigMap>, pod: &Pod) -> Option<WorkerProcess>
     // The process is started with the pod's config; its owner id comes from the pod's args.
     let owner = args.iter().skip_while(|a| *a != "--owner-id").nth(1).cloned().unwrap_or_else(|| pod.name_any());
     assert!(args.first().map(String::as_str) == Some("--config"), "unexpected worker args {args:?}");
-    Some(WorkerProcess::spawn(&worker_binary(), &config, &owner))
+    Some(WorkerProcess::spawn(&binary_for(container.image.as_deref()), &config, &owner))
 }

@@ -199,3 +199,16 @@ impl Producer {
 pub fn event_time(worker: &WorkerProcess, message: &str, shard: &str) -> Option<std::time::Instant> {
     worker.events(message).into_iter().filter(|(_, s)| s == shard).map(|(at, _)| at).max()
 }
+
+/// Runs `test` on a runtime of its own, after giving the SDK's default credential chain the test
+/// credentials (a worker in this process finds them in the environment, as the binary does).
+pub fn run_test(test: impl std::future::Future<Output = ()>) {
+    static ENV: std::sync::Once = std::sync::Once::new();
+    // SAFETY: every test calls this before anything reads the environment, and the Once makes the
+    // other tests wait until the variables are set, so no read runs alongside the write.
+    ENV.call_once(|| unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "leasehold-test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "leasehold-test");
+    });
+    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(test);
+}

@@ -10,6 +10,7 @@ pub mod coordinator;
 pub mod discovery;
 pub mod dispatch;
 pub mod kinesis;
+pub mod kpl;
 pub mod lease;
 pub mod metrics;
 pub mod observe;

@@ -26,6 +26,8 @@ use aws_sdk_dynamodb::types::{
 pub const DYNAMODB_ENDPOINT_VAR: &str = "LEASEHOLD_DYNAMODB_ENDPOINT";
 /// Environment variable naming the Kinesis emulator's endpoint.
 pub const KINESIS_ENDPOINT_VAR: &str = "LEASEHOLD_KINESIS_ENDPOINT";
+/// Environment variable naming the second Kinesis emulator's (kinesis-mock's) endpoint.
+pub const KINESIS_MOCK_ENDPOINT_VAR: &str = "LEASEHOLD_KINESIS_MOCK_ENDPOINT";
 
 const START_HINT: &str = "start the emulators with `make emulators` (or `tests/ground/emulators.sh start`), \
      or run the whole suite with `make test`, which starts them itself";
@@ -37,6 +39,9 @@ pub enum Service {
     DynamoDb,
     /// kinesalite, standing in for Kinesis.
     Kinesis,
+    /// kinesis-mock (npm `kinesis-local`), the second Kinesis emulator: it has `UpdateShardCount`,
+    /// on-demand streams and `StreamARN` parameters, which kinesalite lacks.
+    KinesisMock,
 }
 
 impl Service {
@@ -44,6 +49,7 @@ impl Service {
         match self {
             Service::DynamoDb => DYNAMODB_ENDPOINT_VAR,
             Service::Kinesis => KINESIS_ENDPOINT_VAR,
+            Service::KinesisMock => KINESIS_MOCK_ENDPOINT_VAR,
         }
     }
 
@@ -51,6 +57,7 @@ impl Service {
         match self {
             Service::DynamoDb => "dynalite",
             Service::Kinesis => "kinesalite",
+            Service::KinesisMock => "kinesis-mock",
         }
     }
 }
@@ -127,6 +134,11 @@ pub async fn dynamodb_client() -> aws_sdk_dynamodb::Client {
 /// A Kinesis client for the emulator (panics with instructions if it is not running).
 pub async fn kinesis_client() -> aws_sdk_kinesis::Client {
     aws_sdk_kinesis::Client::new(&sdk_config(endpoint(Service::Kinesis)).await)
+}
+
+/// A Kinesis client for the second emulator, kinesis-mock (panics with instructions if it is not running).
+pub async fn kinesis_mock_client() -> aws_sdk_kinesis::Client {
+    aws_sdk_kinesis::Client::new(&sdk_config(endpoint(Service::KinesisMock)).await)
 }
 
 /// A name no other test in any process will use: `prefix-<pid>-<n>-<random>`.

@@ -36,6 +36,7 @@ mod coordinator;
 mod discovery;
 pub mod dispatch;
 mod kinesis;
+pub mod kpl;
 pub mod lease;
 pub mod metrics;
 pub mod observe;

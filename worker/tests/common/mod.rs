@@ -34,7 +34,7 @@ pub fn config_with_timing(stream: &str, table: Option<&str>, timing: &str, extra
 /// in front of the emulator.
 pub fn with_endpoint(config: &str, service: leasehold_testkit::Service, endpoint: &str) -> String {
     let field = match service {
-        leasehold_testkit::Service::Kinesis => "kinesisEndpoint",
+        leasehold_testkit::Service::Kinesis | leasehold_testkit::Service::KinesisMock => "kinesisEndpoint",
         leasehold_testkit::Service::DynamoDb => "dynamodbEndpoint",
     };
     let real = leasehold_testkit::endpoint(service);

@@ -27,10 +27,10 @@ pub use checkpoint::{Checkpoint, InvalidCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
 pub use error::{LeaseError, Result};
-pub use held::HeldLease;
+pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
-pub use renewal::renew_until_lost;
+pub(crate) use renewal::renew_until_lost;
 pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, attr};
 pub use settings::{LeaseSettings, unique_owner_id};
 

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub renewals_failed: Counter,
     /// Checkpoints written.
     pub checkpoints_written: Counter,
+    /// Scans and membership heartbeats that could not use the lease table (retried with backoff).
+    pub lease_table_failures: Counter,
     /// Milliseconds behind the stream's tip at the last GetRecords, per shard.
     pub millis_behind_latest: Family<Labels, Gauge>,
     /// True while the coordinator runs (served as `/readyz`).
@@ -54,6 +56,7 @@ impl Default for Metrics {
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
             checkpoints_written: Counter::default(),
+            lease_table_failures: Counter::default(),
             millis_behind_latest: Family::default(),
             ready: AtomicBool::new(false),
         };
@@ -71,6 +74,11 @@ impl Default for Metrics {
         registry.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
         registry.register("lease_renewals_failed", "Lease renewals that failed", metrics.renewals_failed.clone());
         registry.register("checkpoints_written", "Checkpoints written", metrics.checkpoints_written.clone());
+        registry.register(
+            "lease_table_failures",
+            "Scans and heartbeats that could not use the lease table",
+            metrics.lease_table_failures.clone(),
+        );
         registry.register(
             "millis_behind_latest",
             "Milliseconds behind the tip at the last GetRecords, per shard",

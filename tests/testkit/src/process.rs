@@ -212,6 +212,17 @@ pub fn rss_mib(pid: u32) -> f64 {
     kib / 1024.0
 }
 
+/// CPU time (user + system) process `pid` has used so far (Linux `/proc`, clock ticks of 10 ms), zero
+/// when it cannot be read.
+pub fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) are separated by single spaces.
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, rest)| rest.split_whitespace().collect()).unwrap_or_default();
+    let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i).and_then(|t| t.parse::<u64>().ok())).sum();
+    Duration::from_millis(ticks * 10)
+}
+
 /// Waits until `condition` holds, checking every 100 ms, or panics with `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();

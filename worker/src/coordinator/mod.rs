@@ -3,6 +3,7 @@
 //! shutdown.
 
 mod balance;
+mod outage;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit, ShardReader, run_shard};
 use balance::{Moves, View, plan};
+use outage::TableOutage;
 
 /// Coordinator timing and mode.
 #[derive(Debug, Clone)]
@@ -63,6 +65,7 @@ pub struct Coordinator {
     exits_tx: mpsc::UnboundedSender<(LeaseKey, ShardExit)>,
     exits_rx: mpsc::UnboundedReceiver<(LeaseKey, ShardExit)>,
     reported_malformed: HashSet<String>,
+    outage: TableOutage,
     next_sync: Instant,
     next_heartbeat: Instant,
     /// When the soonest lease seen held by another worker could count as expired: scanned then rather
@@ -82,6 +85,7 @@ impl Coordinator {
         settings: CoordinatorSettings,
     ) -> Self {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
+        let outage = TableOutage::new(settings.scan_interval);
         Self {
             store,
             kinesis,
@@ -94,6 +98,7 @@ impl Coordinator {
             exits_tx,
             exits_rx,
             reported_malformed: HashSet::new(),
+            outage,
             next_sync: Instant::now(),
             next_heartbeat: Instant::now(),
             next_expiry: None,
@@ -128,19 +133,27 @@ impl Coordinator {
 
     async fn tick(&mut self) {
         let now = Instant::now();
+        if !self.outage.ready(now) {
+            return;
+        }
         if self.settings.assigned.is_none() && now >= self.next_heartbeat {
-            if let Err(e) = self.store.heartbeat().await {
-                tracing::warn!(error = %e, "membership heartbeat failed; will retry");
-            }
             self.next_heartbeat = now + self.settings.renew_interval;
+            if let Err(e) = self.store.heartbeat().await {
+                self.metrics().lease_table_failures.inc();
+                self.outage.failed("membership heartbeat", &e, now);
+            }
         }
         let page = match self.store.list().await {
             Ok(page) => page,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the lease table; will retry");
+                self.metrics().lease_table_failures.inc();
+                self.outage.failed("read", &e, now);
+                // A takeover waiting for an expiry is retried after the backoff, not at once.
+                self.next_expiry = None;
                 return;
             }
         };
+        self.outage.recovered();
         for malformed in &page.malformed {
             if self.reported_malformed.insert(malformed.key.clone()) {
                 tracing::error!(row = %malformed.key, reason = %malformed.reason, "malformed lease row skipped");

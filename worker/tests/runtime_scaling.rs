@@ -177,3 +177,83 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     });
     assert_complete(&third.deliveries(), &everything);
 }
+
+/// The shard ids of `stream`'s rows in `table`, sorted.
+async fn shard_rows(viewer: &DynamoLeaseStore, stream: &str) -> Vec<String> {
+    let mut rows: Vec<String> = viewer
+        .list()
+        .await
+        .expect("list")
+        .leases
+        .into_iter()
+        .filter(|l| l.key.stream() == stream)
+        .map(|l| l.key.shard_id().to_string())
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Waits until `stream`'s rows are exactly `expected` (the finished shards' rows cleaned up); on a
+/// timeout, says what was seen instead.
+async fn wait_for_rows(viewer: &DynamoLeaseStore, stream: &str, expected: &[&str]) -> Result<(), String> {
+    let expected: Vec<String> = expected.iter().map(|s| format!("shardId-{s:0>12}")).collect();
+    let started = Instant::now();
+    let mut rows = Vec::new();
+    while started.elapsed() < Duration::from_secs(30) {
+        rows = shard_rows(viewer, stream).await;
+        if rows == expected {
+            println!("rows {expected:?} after {:?}", started.elapsed());
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("rows never became {expected:?}; last seen {rows:?}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_merge_split_with_cleanup_between_processes_every_record_exactly_once() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "lineage", 2).await;
+    let table = leasehold_testkit::unique_name("lineage");
+    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let mut workers = [spawn(&config, "lineage-1"), spawn(&config, "lineage-2")];
+    wait_for("both workers hold a shard", Duration::from_secs(30), || {
+        workers.iter().all(|w| w.held_shards().len() == 1)
+    });
+    let producer = Producer::start(kinesis.clone(), &stream, 20, Duration::from_millis(50));
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let viewer = DynamoLeaseStore::new(dynamodb, table.clone(), LeaseSettings::new("viewer"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    // 0 -> 2 (lower half) + 3 (upper half); then 2 + 3 -> 4; then 4 -> 5 + 6. Shard 1 stays open. Each
+    // step waits until the finished shards' rows are gone, so the next sync sees a lineage whose
+    // older generations have no rows at all.
+    // A wait that times out is reported after the repeats, which say more.
+    split(&kinesis, &stream, "shardId-000000000000").await;
+    let mut cleanups = vec![wait_for_rows(&viewer, &stream, &["1", "2", "3"]).await];
+    merge(&kinesis, &stream, "shardId-000000000002", "shardId-000000000003").await;
+    cleanups.push(wait_for_rows(&viewer, &stream, &["1", "4"]).await);
+    split(&kinesis, &stream, "shardId-000000000004").await;
+    cleanups.push(wait_for_rows(&viewer, &stream, &["1", "5", "6"]).await);
+    // A few more syncs under load: a finished shard brought back would show up as a row and as repeats.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = producer.stop().await;
+    let refs: Vec<&leasehold_testkit::process::WorkerProcess> = workers.iter().collect();
+    wait_for("every record delivered", Duration::from_secs(60), || {
+        distinct(&all_deliveries(&refs)).len() >= written.len()
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let deliveries = all_deliveries(&refs);
+    println!("{} deliveries for {} records", deliveries.len(), written.len());
+    assert_exactly_once(&deliveries, &written);
+    assert_per_key_order(&refs);
+    for cleanup in cleanups {
+        cleanup.unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert_eq!(
+        shard_rows(&viewer, &stream).await,
+        ["shardId-000000000001", "shardId-000000000005", "shardId-000000000006"],
+        "no finished shard got a row again"
+    );
+    let [a, b] = &mut workers;
+    assert_running(&mut [a, b]);
+}

@@ -262,9 +262,8 @@ pub fn assert_repeats_only_from_crashes(
     victims: &[Victim<'_>],
 ) -> usize {
     assert_complete(deliveries, expected);
-    let in_crashed_run = |d: &Delivery| {
-        victims.iter().any(|v| v.owner == d.owner && v.crashed_before.is_none_or(|at| d.seen_at < at))
-    };
+    let in_crashed_run =
+        |d: &Delivery| victims.iter().any(|v| v.owner == d.owner && v.crashed_before.is_none_or(|at| d.seen_at < at));
     let records = by_record(deliveries);
     let mut repeats = 0;
     // (shard, victim) -> sequence numbers the victim processed in its crashed run, and those repeated.

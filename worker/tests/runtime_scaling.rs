@@ -20,6 +20,8 @@ async fn one_to_four_workers_on_sixteen_shards_converge_within_two_leases() {
     let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let first = spawn(&config, "scale-1");
     wait_for("the first worker holds all 16", Duration::from_secs(30), || first.held_shards().len() == 16);
+    // Light load while shards move by handoff: a rebalance repeats nothing.
+    let producer = Producer::start(kinesis.clone(), &stream, 32, Duration::from_millis(100));
     let joined_at = Instant::now();
     let others = [spawn(&config, "scale-2"), spawn(&config, "scale-3"), spawn(&config, "scale-4")];
     let all: Vec<_> = std::iter::once(&first).chain(others.iter()).collect();
@@ -35,6 +37,12 @@ async fn one_to_four_workers_on_sixteen_shards_converge_within_two_leases() {
     println!("converged {converged:?} after three workers joined");
     assert!(double_held.is_empty(), "a shard was held by two workers at once: {:?}", double_held.first());
     assert!(joined_at.elapsed() <= 2 * LEASE + Duration::from_millis(500), "took {:?}", joined_at.elapsed());
+    let written = producer.stop().await;
+    wait_for("every record delivered", Duration::from_secs(30), || {
+        distinct(&all_deliveries(&all)).len() >= written.len()
+    });
+    assert_exactly_once(&all_deliveries(&all), &written);
+    assert_per_key_order(&all);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -59,7 +67,7 @@ async fn split_and_merge_keep_key_order_and_lose_nothing() {
         distinct(&all_deliveries(&refs)).len() >= written.len()
     });
     let deliveries = all_deliveries(&refs);
-    assert_complete(&deliveries, &written);
+    assert_exactly_once(&deliveries, &written);
 
     // Per key, first deliveries in the order the test saw them carry increasing numbers, across the
     // parent -> child change.
@@ -154,7 +162,7 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
         before.iter().all(|(_, d)| !delivered.contains(&String::from_utf8_lossy(d).into_owned())),
         "LATEST skips old records"
     );
-    assert_complete(&first.deliveries(), &during);
+    assert_exactly_once(&first.deliveries(), &during);
 
     // A restart remembers nothing: it starts at the tip again.
     let while_down = records(5, 200, 2);
@@ -167,7 +175,7 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     wait_for("new records delivered", Duration::from_secs(20), || distinct(&second.deliveries()).len() >= after.len());
     let delivered = distinct(&second.deliveries());
     assert!(while_down.iter().all(|(_, d)| !delivered.contains(&String::from_utf8_lossy(d).into_owned())));
-    assert_complete(&second.deliveries(), &after);
+    assert_exactly_once(&second.deliveries(), &after);
 
     // With startPosition TRIM_HORIZON a restart reads everything retained.
     let third = spawn(&config(&stream, None, "startPosition: TRIM_HORIZON\n"), "mem-3");
@@ -175,7 +183,7 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     wait_for("everything delivered", Duration::from_secs(20), || {
         distinct(&third.deliveries()).len() >= everything.len()
     });
-    assert_complete(&third.deliveries(), &everything);
+    assert_exactly_once(&third.deliveries(), &everything);
 }
 
 /// The shard ids of `stream`'s rows in `table`, sorted.

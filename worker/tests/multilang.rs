@@ -68,6 +68,13 @@ async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
     let logs = worker.stderr_text();
     assert!(status.success(), "{logs}");
     assert!(logs.contains("multilang child checkpoint acknowledged"), "the sample never checkpointed:\n{logs}");
+    // The sample logs each record it processes: every sequence number once.
+    let mut sequences: Vec<&str> =
+        logs.split("Sequence Number: ").skip(1).map(|rest| rest.split(',').next().unwrap_or_default()).collect();
+    assert_eq!(sequences.len(), written.len(), "each record processed once:\n{logs}");
+    sequences.sort_unstable();
+    sequences.dedup();
+    assert_eq!(sequences.len(), written.len(), "a record processed twice:\n{logs}");
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let store = DynamoLeaseStore::new(dynamodb, table, LeaseSettings::new("viewer"));
     let lease = store.get(&LeaseKey::new(stream.as_str(), "shardId-000000000000")).await.unwrap().expect("row");

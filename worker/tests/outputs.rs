@@ -40,19 +40,25 @@ async fn http_outputs_are_published_under_the_documented_keys() {
     let written = records(5, 0, 2);
     put_records(&kinesis, &input, &written).await;
 
-    let mut published = Vec::new();
-    for _ in 0..100 {
-        published = leasehold_testkit::kinesis::read_all(&kinesis, &output)
+    let read_published = || async {
+        leasehold_testkit::kinesis::read_all(&kinesis, &output)
             .await
             .into_iter()
             .map(|r| (r.partition_key, r.data))
-            .collect();
-        if published.len() >= written.len() * 3 {
+            .collect::<Vec<(String, String)>>()
+    };
+    for _ in 0..100 {
+        if read_published().await.len() >= written.len() * 3 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    assert_eq!(published.len(), written.len() * 3, "three outputs per record: {published:?}");
+    // Give a repeat time to show: a record processed twice publishes its outputs twice.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let published = read_published().await;
+    assert_eq!(published.len(), written.len() * 3, "three outputs per record, once each: {published:?}");
+    let distinct: std::collections::HashSet<&String> = published.iter().map(|(_, d)| d).collect();
+    assert_eq!(distinct.len(), published.len(), "an output published twice: {published:?}");
     for (key, data) in &written {
         let data = String::from_utf8_lossy(data).into_owned();
         let find = |prefix: &str| {

@@ -19,7 +19,7 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order()
     put_records(&kinesis, &stream, &first).await;
 
     let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
-    let workers = [spawn(&config, "w1"), spawn(&config, "w2"), spawn(&config, "w3")];
+    let mut workers = [spawn(&config, "w1"), spawn(&config, "w2"), spawn(&config, "w3")];
     let refs: Vec<_> = workers.iter().collect();
     wait_for("every shard held", Duration::from_secs(30), || {
         workers.iter().flat_map(|w| w.held_shards()).collect::<HashSet<_>>().len() == 4
@@ -43,8 +43,9 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order()
     for w in &workers {
         println!("{} holds {:?}, delivered {}", w.owner, w.held_shards(), w.deliveries().len());
     }
-    assert_complete(&deliveries, &expected);
+    assert_exactly_once(&deliveries, &expected);
     assert_per_key_order(&refs);
-    let redelivered = check_handovers(&deliveries);
-    assert_eq!(redelivered, 0, "cooperative handoffs must not redeliver");
+    assert_eq!(check_handovers(&deliveries), 0, "cooperative handoffs must not redeliver");
+    let [a, b, c] = &mut workers;
+    assert_running(&mut [a, b, c]);
 }

@@ -17,7 +17,7 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Failures to use the lease table since it last answered.
 pub(super) struct TableOutage {
     first_delay: Duration,
-    delays: Box<dyn Iterator<Item = Duration> + Send>,
+    delays: Box<dyn Iterator<Item = Duration> + Send + Sync>,
     failures: u64,
     unlogged: u64,
     logged_at: Option<Instant>,
@@ -59,7 +59,7 @@ impl TableOutage {
 }
 
 /// From `first` doubling to [`MAX_DELAY`], with jitter (so a group does not retry in step).
-fn delays(first: Duration) -> Box<dyn Iterator<Item = Duration> + Send> {
+fn delays(first: Duration) -> Box<dyn Iterator<Item = Duration> + Send + Sync> {
     Box::new(
         backon::ExponentialBuilder::default()
             .with_min_delay(first.min(MAX_DELAY))

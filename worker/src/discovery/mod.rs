@@ -99,15 +99,41 @@ impl ShardSync {
                 }
             }
         }
-        let SyncPlan { create, delete } = plan(&listings, rows, &self.root_start);
+        let mut planned = plan(&listings, rows, &self.root_start);
+        if creates_closed_shard(&planned, &listings) {
+            // A closed shard gets a row only when nothing in the table says it was read (the first
+            // start of its lineage). `rows` is as old as the listing calls; another worker may have read
+            // the shard and cleaned it up since, so decide again on a fresh read, just before writing.
+            match store.list().await {
+                Ok(fresh) => planned = plan(&listings, &fresh.leases, &self.root_start),
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read the lease table again; rows created at the next sync");
+                    planned.create.clear();
+                }
+            }
+        }
+        let SyncPlan { create, delete } = planned;
+        // A descendant's row must never exist without its ancestors' (a closed shard with a row below it
+        // counts as finished), so a row that cannot be written holds back its descendants until the
+        // next sync. `create` lists parents first, so one pass catches every generation.
+        let mut held_back: std::collections::HashSet<LeaseKey> = std::collections::HashSet::new();
         for row in create {
+            let parent_failed =
+                row.parent_shard_ids.iter().any(|p| held_back.contains(&LeaseKey::new(row.key.stream(), p.as_str())));
+            if parent_failed {
+                held_back.insert(row.key.clone());
+                continue;
+            }
             match store.create_if_absent(&row).await {
                 Ok(true) => {
                     tracing::info!(shard = %row.key, checkpoint = %row.checkpoint, "lease row created");
                     report.created += 1;
                 }
                 Ok(false) => {}
-                Err(e) => tracing::warn!(shard = %row.key, error = %e, "cannot create lease row; will retry"),
+                Err(e) => {
+                    tracing::warn!(shard = %row.key, error = %e, "cannot create lease row; will retry");
+                    held_back.insert(row.key.clone());
+                }
             }
         }
         for row in delete {
@@ -121,4 +147,15 @@ impl ShardSync {
         }
         report
     }
+}
+
+/// True when `planned` creates a row for a shard that the listing shows closed.
+fn creates_closed_shard(planned: &SyncPlan, listings: &[(String, Vec<ShardInfo>)]) -> bool {
+    let closed: std::collections::HashSet<LeaseKey> = listings
+        .iter()
+        .flat_map(|(stream, shards)| {
+            shards.iter().filter(|s| s.closed).map(move |s| LeaseKey::new(stream.as_str(), s.id.as_str()))
+        })
+        .collect();
+    planned.create.iter().any(|row| closed.contains(&row.key))
 }

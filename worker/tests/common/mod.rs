@@ -212,3 +212,111 @@ pub fn run_test(test: impl std::future::Future<Output = ()>) {
     });
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(test);
 }
+
+/// Where a record was processed more times than the rules allow.
+fn describe(shard: &str, sequence: &str, list: &[&Delivery]) -> String {
+    let owners: Vec<&str> = list.iter().map(|d| d.owner.as_str()).collect();
+    format!("{shard} {sequence} ({}) processed by {owners:?}", list[0].data)
+}
+
+/// Every delivery grouped by shard (`stream:shard`) and sequence number, in the order the test saw them.
+fn by_record(deliveries: &[Delivery]) -> BTreeMap<(String, String), Vec<&Delivery>> {
+    let mut out: BTreeMap<(String, String), Vec<&Delivery>> = BTreeMap::new();
+    for d in deliveries {
+        out.entry((format!("{}:{}", d.stream, d.shard_id), d.sequence_number.clone())).or_default().push(d);
+    }
+    for list in out.values_mut() {
+        list.sort_by_key(|d| d.seen_at);
+    }
+    out
+}
+
+/// Each record (by shard and sequence number: a producer's retry may store the same data twice)
+/// processed at most once: for runs in which no process crashed.
+pub fn assert_no_repeats(deliveries: &[Delivery]) {
+    let repeated: Vec<String> = by_record(deliveries)
+        .iter()
+        .filter(|(_, list)| list.len() > 1)
+        .map(|((shard, sequence), list)| describe(shard, sequence, list))
+        .collect();
+    assert!(
+        repeated.is_empty(),
+        "{} records processed more than once with no crash, e.g. {:?}",
+        repeated.len(),
+        &repeated[..repeated.len().min(5)]
+    );
+}
+
+/// Every expected record delivered, each exactly once: for runs in which no process crashed.
+pub fn assert_exactly_once(deliveries: &[Delivery], expected: &[(String, Vec<u8>)]) {
+    assert_complete(deliveries, expected);
+    assert_no_repeats(deliveries);
+}
+
+/// A process that crashed (kill -9) or was stopped past its lease: records it processed that were not
+/// yet checkpointed may be processed again by the next owner.
+pub struct Victim<'a> {
+    /// Its owner id.
+    pub owner: &'a str,
+    /// Its deliveries seen before this instant belong to the crashed run (None: all of them).
+    pub crashed_before: Option<std::time::Instant>,
+}
+
+/// Every expected record delivered; a record processed twice only when one of the two was a victim's,
+/// in its crashed run, and never more than twice; and per shard and victim the repeated records are a
+/// suffix, in sequence order, of what the victim processed there (its uncheckpointed window). Returns
+/// the number of repeats.
+pub fn assert_repeats_only_from_crashes(
+    deliveries: &[Delivery],
+    expected: &[(String, Vec<u8>)],
+    victims: &[Victim<'_>],
+) -> usize {
+    assert_complete(deliveries, expected);
+    let in_crashed_run =
+        |d: &Delivery| victims.iter().any(|v| v.owner == d.owner && v.crashed_before.is_none_or(|at| d.seen_at < at));
+    let mut repeats = 0;
+    // (shard, victim) -> sequence numbers the victim processed in its crashed run, and those repeated.
+    let mut windows: BTreeMap<(String, String), (Vec<String>, HashSet<String>)> = BTreeMap::new();
+    for ((shard, sequence), list) in &by_record(deliveries) {
+        let crashed: Vec<&&Delivery> = list.iter().filter(|d| in_crashed_run(d)).collect();
+        for d in &crashed {
+            let window = windows.entry((shard.clone(), d.owner.clone())).or_default();
+            window.0.push(sequence.clone());
+            if list.len() > 1 {
+                window.1.insert(sequence.clone());
+            }
+        }
+        if list.len() == 1 {
+            continue;
+        }
+        assert!(
+            list.len() == 2 && crashed.len() == 1,
+            "processed again with no crash to explain it: {}",
+            describe(shard, sequence, list)
+        );
+        repeats += 1;
+    }
+    for ((shard, owner), (mut processed, repeated)) in windows {
+        processed.sort_by(|a, b| sequence_cmp(a, b));
+        let Some(first_repeat) = processed.iter().position(|s| repeated.contains(s)) else { continue };
+        let gaps: Vec<&String> = processed[first_repeat..].iter().filter(|s| !repeated.contains(*s)).collect();
+        assert!(
+            gaps.is_empty(),
+            "{shard}: the repeats of {owner}'s records are not a suffix of what it processed: {} records after \
+             the first repeat ({}) were not repeated, e.g. {:?}",
+            gaps.len(),
+            processed[first_repeat],
+            gaps.first()
+        );
+    }
+    repeats
+}
+
+/// Fails unless every worker is still running (none crashed during a run that asserts exactly once).
+pub fn assert_running(workers: &mut [&mut WorkerProcess]) {
+    for worker in workers {
+        if let Some(status) = worker.wait_exit(std::time::Duration::from_millis(1)) {
+            panic!("{} exited with {status:?}:\n{}", worker.owner, worker.stderr_text());
+        }
+    }
+}

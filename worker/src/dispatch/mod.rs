@@ -211,27 +211,43 @@ impl Dispatcher {
     }
 
     fn finished(&mut self, done: Finished) -> Result<(), Halted> {
-        if done.outcome.is_done() {
+        let is_done = done.outcome.is_done();
+        if is_done {
             self.marks.complete(done.ordinal, done.sequence);
         }
-        if self.by_key
-            && let Some(queue) = self.waiting.get_mut(&done.key)
-        {
-            match queue.pop_front() {
-                Some(next) => self.ready.push_back(next),
-                None => {
-                    self.waiting.remove(&done.key);
+        if self.by_key {
+            if !is_done {
+                // Abandoned (a stop came while it waited for a retry): the records of its key behind
+                // it must not run before it; the next reader delivers them all again, in order.
+                self.waiting.remove(&done.key);
+            } else if let Some(queue) = self.waiting.get_mut(&done.key) {
+                match queue.pop_front() {
+                    Some(next) => self.ready.push_back(next),
+                    None => {
+                        self.waiting.remove(&done.key);
+                    }
                 }
             }
         }
         self.start_ready()
     }
 
+    /// The next admitted record that may start. After a stop, only records behind one already done
+    /// start: they close the gaps below it, so the done prefix (what the release checkpoints) reaches
+    /// every record that finished out of order and the next holder repeats none of them; records
+    /// beyond the furthest done one are left to the next holder.
+    fn next_ready(&mut self) -> Option<Admitted> {
+        if !self.stop.is_cancelled() {
+            return self.ready.pop_front();
+        }
+        let furthest = self.marks.highest_done()?;
+        let index = self.ready.iter().position(|r| r.ordinal < furthest)?;
+        self.ready.remove(index)
+    }
+
     fn start_ready(&mut self) -> Result<(), Halted> {
-        // After a stop nothing starts: a record after an abandoned one of its key would otherwise run
-        // before it (the next reader delivers both again, in order).
-        while self.in_flight.len() < self.limit && !self.stop.is_cancelled() {
-            let Some(next) = self.ready.pop_front() else { break };
+        while self.in_flight.len() < self.limit {
+            let Some(next) = self.next_ready() else { break };
             if !(self.gate)() {
                 self.ready.push_front(next);
                 return Err(Halted);

@@ -188,6 +188,24 @@ async fn a_closed_gate_starts_nothing_more() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn after_a_stop_the_gaps_below_a_record_done_out_of_order_are_filled() {
+    // 0 (key a) is slow; 1 waits behind it; 2 (key b) finishes at once, beyond the done prefix.
+    let probe =
+        Arc::new(Probe { delays: Some(|n| Duration::from_millis(if n == 0 { 50 } else { 1 })), ..Probe::default() });
+    let (mut d, stop) = dispatcher(Ordering::Key, 2, probe.clone());
+    for (n, key) in ["a", "a", "b"].iter().enumerate() {
+        d.push(record(n as u64, key)).unwrap();
+    }
+    assert!(d.step().await.unwrap(), "record 2 ends first");
+    stop.cancel();
+    while d.step().await.unwrap() {}
+    let finished = probe.finished.lock().unwrap().clone();
+    assert_eq!(finished, vec![2, 0, 1], "record 1, below the done record 2, ran after the stop");
+    assert_eq!(d.watermark(), Some("2"), "the release covers every record done, so nothing done is repeated");
+    assert!(d.is_settled());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_stop_lets_running_records_finish_and_starts_no_other() {
     let probe = Arc::new(Probe { delays: Some(|n| Duration::from_millis(10 * (n + 1))), ..Probe::default() });
     let (mut d, stop) = dispatcher(Ordering::Key, 2, probe.clone());

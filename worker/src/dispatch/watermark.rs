@@ -14,6 +14,8 @@ pub struct Watermark {
     last: Option<String>,
     /// True when `last` moved since the last [`take_advanced`](Self::take_advanced).
     advanced: bool,
+    /// The highest ordinal done, in the prefix or beyond it.
+    highest: Option<u64>,
 }
 
 impl Watermark {
@@ -29,6 +31,7 @@ impl Watermark {
         let Some(index) = ordinal.checked_sub(self.base).and_then(|i| usize::try_from(i).ok()) else { return };
         if let Some(slot) = self.slots.get_mut(index) {
             *slot = Some(sequence);
+            self.highest = self.highest.max(Some(ordinal));
         }
         while let Some(Some(_)) = self.slots.front() {
             self.last = self.slots.pop_front().flatten();
@@ -40,6 +43,11 @@ impl Watermark {
     /// Records admitted and not yet behind the watermark (done out of order, running or waiting).
     pub fn pending(&self) -> usize {
         self.slots.len()
+    }
+
+    /// The ordinal of the furthest record done, which may lie beyond the done prefix.
+    pub fn highest_done(&self) -> Option<u64> {
+        self.highest
     }
 
     /// The last record of the done prefix, if any record is done.

@@ -9,6 +9,7 @@ pub mod config;
 pub mod coordinator;
 pub mod discovery;
 pub mod dispatch;
+pub mod health;
 pub mod kinesis;
 pub mod lease;
 pub mod metrics;

@@ -150,8 +150,7 @@ mod tests {
         let source = ready.clone();
         let stop = CancellationToken::new();
         let (addr, task) =
-            start(Health::from_registry(Arc::new(registry), move || source.load(Ordering::SeqCst)), stop.clone())
-                .await;
+            start(Health::from_registry(Arc::new(registry), move || source.load(Ordering::SeqCst)), stop.clone()).await;
 
         let (code, content_type, body) = get(addr, "/metrics").await;
         assert_eq!(code, 200);

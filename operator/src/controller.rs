@@ -3,6 +3,7 @@
 //! counts a failure by stage, announces it once, and backs off per object.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
@@ -40,8 +41,14 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
     let store = controller.store();
     let readiness = ctx.readiness.clone();
     let synced = tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            readiness.set(ControllerState::Running);
+        // Asked again and again: the store wakes only the last of several waiters (the controller's
+        // runner waits too), so a single long wait could sleep forever.
+        loop {
+            match tokio::time::timeout(Duration::from_millis(200), store.wait_until_ready()).await {
+                Ok(Ok(())) => break readiness.set(ControllerState::Running),
+                Ok(Err(_)) => break,
+                Err(_) => {}
+            }
         }
     });
     controller

@@ -184,44 +184,29 @@ async fn kubectl_scale_drives_the_workers_when_autoscaling_is_off() {
     wait("deployment scaled to 4", SLOW, || async { ns.replicas("fixed-workers").await == Some(4) }).await;
 }
 
+/// The base spec of `refused-specs.json` with `patch` applied (a null removes the field).
+fn patched(base: &serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+    let mut spec = base.clone();
+    for (key, value) in patch.as_object().expect("a patch is an object") {
+        if value.is_null() {
+            spec.as_object_mut().expect("object").remove(key);
+        } else {
+            spec[key] = value.clone();
+        }
+    }
+    spec
+}
+
 #[tokio::test]
 async fn invalid_specs_are_refused_by_the_api_server_naming_the_field() {
+    // The same cases `StreamConsumerSpec::validate` must refuse (crds/tests/refused_specs.rs).
+    let all: serde_json::Value =
+        serde_json::from_str(include_str!("../../crds/tests/refused-specs.json")).expect("refused-specs.json");
     let ns = TestNamespace::new("op-invalid").await;
-    let base = || json!({"streams": [{"name": "orders"}], "processor": {"stdout": {}}});
-    let with = |patch: serde_json::Value| {
-        let mut spec = base();
-        for (k, v) in patch.as_object().unwrap() {
-            if v.is_null() {
-                spec.as_object_mut().unwrap().remove(k);
-            } else {
-                spec[k] = v.clone();
-            }
-        }
-        spec
-    };
-    let cases = [
-        (with(json!({"processor": {}})), "spec.processor", "exactly one of stdout, http, multilang"),
-        (with(json!({"processor": {"stdout": {}, "http": {"url": "http://x"}}})), "spec.processor", "exactly one"),
-        (
-            with(json!({"workers": {"autoscaling": {"shardsPerWorker": 1, "minReplicas": 5, "maxReplicas": 2}}})),
-            "spec.workers.autoscaling.minReplicas",
-            "minReplicas must not exceed maxReplicas",
-        ),
-        (
-            with(json!({"lease": {"duration": "2s", "renewInterval": "3s"}})),
-            "spec.lease.renewInterval",
-            "shorter than duration",
-        ),
-        (with(json!({"lease": {"duration": "2s"}})), "spec.lease.renewInterval", "shorter than duration"),
-        (with(json!({"streamPattern": "^orders"})), "spec.streamPattern", "not both"),
-        (with(json!({"streams": null})), "spec.streams", "at least one stream"),
-        (with(json!({"streams": [{"name": "a"}, {"name": "a"}]})), "spec.streams[1]", "Duplicate value"),
-        (with(json!({"leaseTable": {"name": "x!"}})), "spec.leaseTable.name", "should match"),
-        (with(json!({"startPosition": "AT_TIMESTAMP"})), "spec.startTimestamp", "AT_TIMESTAMP"),
-        (with(json!({"startTimestamp": "2026-01-01T00:00:00Z"})), "spec.startTimestamp", "AT_TIMESTAMP"),
-        (with(json!({"lease": {"duration": "ten seconds"}})), "spec.lease.duration", "should match"),
-    ];
-    for (i, (spec, field, words)) in cases.into_iter().enumerate() {
+    let cases = all["cases"].as_array().expect("cases");
+    for (i, case) in cases.iter().enumerate() {
+        let spec = patched(&all["base"], &case["patch"]);
+        let (field, words) = (case["field"].as_str().unwrap(), case["says"].as_str().unwrap());
         let err =
             ns.create(&format!("bad-{i}"), spec.clone()).await.expect_err(&format!("case {i} must be refused: {spec}"));
         let message = match &err {
@@ -234,8 +219,12 @@ async fn invalid_specs_are_refused_by_the_api_server_naming_the_field() {
         assert!(message.contains(field), "case {i}: {message:?} should name {field}");
         assert!(message.contains(words), "case {i}: {message:?} should say {words:?}");
     }
-    // And the valid base is accepted.
-    ns.create("good", base()).await.expect("the valid spec is accepted");
+    // And the valid ones are accepted.
+    ns.create("good", all["base"].clone()).await.expect("the valid base is accepted");
+    for (i, patch) in all["accepted"].as_array().expect("accepted").iter().enumerate() {
+        let spec = patched(&all["base"], patch);
+        ns.create(&format!("good-{i}"), spec.clone()).await.unwrap_or_else(|e| panic!("{spec} is accepted: {e}"));
+    }
 }
 
 #[tokio::test]

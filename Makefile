@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries crds demo-workers test lint unit emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
+.PHONY: check-binaries crds demo-workers test lint emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane lint

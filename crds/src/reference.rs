@@ -29,6 +29,19 @@ fn constraints(schema: &Value) -> String {
     if let Some(pattern) = schema.get("pattern").and_then(Value::as_str) {
         notes.push(format!("matches `{pattern}`"));
     }
+    let count = |name: &str| schema.get(name).and_then(Value::as_u64);
+    match (count("minItems"), count("maxItems")) {
+        (Some(min), Some(max)) => notes.push(format!("{min} to {max} items")),
+        (Some(min), None) => notes.push(format!("at least {min} item(s)")),
+        (None, Some(max)) => notes.push(format!("at most {max} items")),
+        (None, None) => {}
+    }
+    if schema.get("x-kubernetes-list-type").and_then(Value::as_str) == Some("set") {
+        notes.push("each item once".into());
+    }
+    if let Some(pattern) = schema.pointer("/items/pattern").and_then(Value::as_str) {
+        notes.push(format!("items match `{pattern}`"));
+    }
     if let Some(rules) = schema.get("x-kubernetes-validations").and_then(Value::as_array) {
         for rule in rules {
             if let Some(message) = rule.get("message").and_then(Value::as_str) {

@@ -7,13 +7,21 @@ use serde::{Deserialize, Serialize};
 
 use crate::status::StreamConsumerStatus;
 
-/// Schema pattern of every duration field: `10s`, `500ms`, `1m`, `1h30m`.
-const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$";
+/// Schema pattern of every duration field: `10s`, `500ms`, `1m`, `1h30m`, `1.5s`; longer than zero (one
+/// number at least has a digit other than 0), as the worker requires.
+const DURATION_PATTERN: &str = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))*([0-9]*[1-9][0-9]*(\.[0-9]+)?|[0-9]+\.[0-9]*[1-9][0-9]*)(ms|s|m|h)([0-9]+(\.[0-9]+)?(ms|s|m|h))*$";
+
+/// Schema pattern of `startTimestamp`: the RFC 3339 forms the worker reads, in UTC (`Z`, `+00:00` or
+/// nothing), `T` or a space between date and time; the worker checks the ranges (month 13, ...).
+const TIMESTAMP_PATTERN: &str = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[T ][0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?(Z|\+00:00)?$";
+
+/// Schema pattern of one `assignment.shards` entry: `<stream>:<shardId>`.
+const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 
 /// A Kinesis consumer: streams to read, a lease table shared by its workers, and how to process records.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("!(has(self.streams) && size(self.streams) > 0 && has(self.streamPattern))").message("give streams or streamPattern, not both").field_path(".streamPattern"))]
-#[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || has(self.assignment)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
+#[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || (has(self.assignment) && size(self.assignment.shards) > 0)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
 #[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
 #[kube(
     group = "leasehold.io",
@@ -54,8 +62,9 @@ pub struct StreamConsumerSpec {
     /// their oldest record. Default LATEST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start_position: Option<StartPosition>,
-    /// With `startPosition: AT_TIMESTAMP`: the time to start at (RFC 3339).
+    /// With `startPosition: AT_TIMESTAMP`: the time to start at (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = TIMESTAMP_PATTERN))]
     pub start_timestamp: Option<String>,
     /// Lease timing.
     #[serde(default)]
@@ -68,8 +77,9 @@ pub struct StreamConsumerSpec {
     /// Order guarantee inside a shard: `key` (default), `shard` or `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering: Option<Ordering>,
-    /// Records processed at once per shard (with `ordering: key` or `none`). Default 1.
+    /// Records processed at once per shard (with `ordering: key` or `none`), 1-10000. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
     pub concurrency: Option<i32>,
     /// What happens when processing a record fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +176,7 @@ pub enum DeletionPolicy {
 pub struct WorkersSpec {
     /// Fixed worker count (also driven by the scale subresource when autoscaling is off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub replicas: Option<i32>,
     /// Follow the open shard count instead of a fixed count.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,9 +189,11 @@ pub struct WorkersSpec {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AutoscalingSpec {
     /// Open shards per worker.
+    #[schemars(range(min = 1))]
     pub shards_per_worker: i32,
     /// Fewest workers. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub min_replicas: Option<i32>,
     /// Most workers.
     pub max_replicas: i32,
@@ -238,6 +251,7 @@ pub struct LeaseTimingSpec {
 pub struct ReaderSpec {
     /// Records per GetRecords call (1-10000). Default 1000.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
     pub max_records: Option<i32>,
     /// Pause after a GetRecords call that returned nothing. Default 500ms. Calls per shard never exceed
     /// 5 per second whatever this says.
@@ -309,10 +323,12 @@ pub struct HttpBatch {
 }
 
 /// The multilang processor.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("size(self.command) == 0 || size(self.command[0]) > 0").message("the program (command[0]) must not be empty").field_path(".command"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct MultilangProcessor {
-    /// The child's command line.
+    /// The child's command line: the program, then its arguments.
+    #[schemars(length(min = 1))]
     pub command: Vec<String>,
     /// How long the child may take to answer one message before it is restarted. Default 60s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -333,11 +349,13 @@ pub enum Ordering {
 }
 
 /// Retry policy for failed records.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream)").message("deadLetterStream is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySpec {
-    /// Attempts before `onExhausted` applies. Default 5.
+    /// Attempts before `onExhausted` applies (1 or more). Default 5.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub max_attempts: Option<i32>,
     /// First backoff between attempts (doubling). Default 1s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -380,6 +398,7 @@ pub struct OutputSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AssignmentSpec {
-    /// Shards to read, as `<stream>:<shardId>`.
+    /// Shards to read, as `<stream>:<shardId>`, each once.
+    #[schemars(inner(regex(pattern = ASSIGNED_SHARD_PATTERN)), extend("x-kubernetes-list-type" = "set"))]
     pub shards: Vec<String>,
 }

@@ -1,5 +1,7 @@
-//! Checks of a spec that the schema alone cannot express, each error naming its field. The operator
-//! reports them in status; the worker refuses to start on them.
+//! Every rule a spec must keep, each error naming its field: the worker refuses to start on them and
+//! the operator reports them in status. The CRD (schema and CEL rules in `spec.rs`) says the same
+//! wherever it can, so the API server refuses such a spec first; `crds/tests/refused-specs.json` lists
+//! the cases both must refuse (tested here and on a real API server by the operator's tests).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -162,6 +164,23 @@ fn duration(errors: &mut Vec<FieldError>, field: &str, value: Option<&String>, d
     }
 }
 
+/// True when what follows the seconds of a timestamp is an optional fraction, then `Z`, `+00:00` or
+/// nothing (the CRD's pattern says the same; the time parser would ignore another offset after a
+/// fraction).
+fn utc_suffix(rest: &str) -> bool {
+    let rest = match rest.strip_prefix('.') {
+        Some(fraction) => {
+            let digits = fraction.bytes().take_while(u8::is_ascii_digit).count();
+            if digits == 0 {
+                return false;
+            }
+            &fraction[digits..]
+        }
+        None => rest,
+    };
+    matches!(rest, "" | "Z" | "+00:00")
+}
+
 /// The most records one http request may carry (`processor.http.batch.maxRecords`); the CRD schema
 /// says the same.
 pub const MAX_HTTP_BATCH: i32 = 500;
@@ -202,9 +221,12 @@ impl StreamConsumerSpec {
             (Some(StartPosition::AtTimestamp), None) => {
                 errors.push(FieldError::new("spec.startTimestamp", "required with startPosition AT_TIMESTAMP"))
             }
-            (Some(StartPosition::AtTimestamp), Some(ts)) if humantime::parse_rfc3339_weak(ts).is_err() => {
-                errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time")))
+            (Some(StartPosition::AtTimestamp), Some(ts))
+                if humantime::parse_rfc3339_weak(ts).is_err() || !ts.get(19..).is_some_and(utc_suffix) =>
+            {
+                errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time in UTC")))
             }
+            (Some(StartPosition::AtTimestamp), Some(_)) => {}
             (_, Some(_)) => {
                 errors.push(FieldError::new("spec.startTimestamp", "allowed only with startPosition AT_TIMESTAMP"))
             }
@@ -335,10 +357,15 @@ impl StreamConsumerSpec {
                 format!("set exactly one of stdout, http, multilang, custom ({kinds} set)"),
             ));
         }
-        if let Some(multilang) = &p.multilang
-            && multilang.command.is_empty()
-        {
-            errors.push(FieldError::new("spec.processor.multilang.command", "must not be empty"));
+        if let Some(multilang) = &p.multilang {
+            match multilang.command.first() {
+                None => errors.push(FieldError::new("spec.processor.multilang.command", "must not be empty")),
+                Some(program) if program.is_empty() => errors.push(FieldError::new(
+                    "spec.processor.multilang.command",
+                    "the program (command[0]) must not be empty",
+                )),
+                Some(_) => {}
+            }
         }
         if let Some(max) = p.http.as_ref().and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records)
             && !(1..=MAX_HTTP_BATCH).contains(&max)

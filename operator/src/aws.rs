@@ -54,3 +54,22 @@ impl ClientCache {
         built
     }
 }
+
+/// An AWS SDK error as a condition message: the service's error code and message for a service error
+/// (without the request id, which differs on every call: a message that changes on every retry would
+/// rewrite the status each time, and every status write starts another reconcile), else the error
+/// with its causes.
+pub fn error_message<E, R>(error: &aws_sdk_dynamodb::error::SdkError<E, R>) -> String
+where
+    E: aws_sdk_dynamodb::error::ProvideErrorMetadata + std::error::Error + 'static,
+    R: std::fmt::Debug,
+{
+    match error.as_service_error() {
+        Some(service) => match (service.code(), service.message()) {
+            (Some(code), Some(message)) if !message.is_empty() => format!("{code}: {message}"),
+            (Some(code), _) => code.to_string(),
+            (None, _) => aws_sdk_dynamodb::error::DisplayErrorContext(service).to_string(),
+        },
+        None => aws_sdk_dynamodb::error::DisplayErrorContext(error).to_string(),
+    }
+}

@@ -11,8 +11,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use leasehold_crds::{StreamConsumer, StreamConsumerSpec};
+use leasehold_crds::{ResolvedSpec, StreamConsumer, StreamConsumerSpec};
 use md5::{Digest, Md5};
+use std::time::Duration;
 
 /// Label naming the consumer a worker pod belongs to.
 pub const CONSUMER_LABEL: &str = "leasehold.io/consumer";
@@ -28,6 +29,57 @@ pub const CONFIG_DIR: &str = "/etc/leasehold";
 pub const WORKER_METRICS_PORT: i32 = 9090;
 /// Name of the worker container (a container of this name in `spec.template` is merged with it).
 pub const WORKER_CONTAINER: &str = "worker";
+
+/// Seconds a worker pod gets beyond `lease.gracefulTimeout` between SIGTERM and SIGKILL: the graceful
+/// timeout bounds the in-flight records; the margin covers the lease releases and the exit after it.
+pub const TERMINATION_MARGIN_SECONDS: i64 = 5;
+
+/// The objects a reconcile applies for one consumer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Desired {
+    /// Desired workers.
+    pub replicas: i32,
+    /// The worker config.
+    pub config_map: ConfigMap,
+    /// The workers.
+    pub deployment: Deployment,
+}
+
+impl Desired {
+    /// Name of both objects.
+    pub fn name(&self) -> &str {
+        self.deployment.metadata.name.as_deref().unwrap_or_default()
+    }
+}
+
+/// The ConfigMap and Deployment of `consumer` with `replicas` workers (stage 4 of the pipeline).
+pub fn desired(
+    consumer: &StreamConsumer,
+    replicas: i32,
+    resolved: &ResolvedSpec,
+    image: &str,
+) -> Result<Desired, serde_yaml_ng::Error> {
+    let config = worker_config(&consumer.spec)?;
+    let hash = config_hash(&config);
+    Ok(Desired {
+        replicas,
+        config_map: config_map(consumer, &config),
+        deployment: deployment(
+            consumer,
+            replicas,
+            image,
+            &hash,
+            termination_grace_period(resolved.durations.graceful_timeout),
+        ),
+    })
+}
+
+/// `terminationGracePeriodSeconds` of the worker pods: `gracefulTimeout` rounded up to whole seconds,
+/// plus [`TERMINATION_MARGIN_SECONDS`].
+pub fn termination_grace_period(graceful_timeout: Duration) -> i64 {
+    let whole = graceful_timeout.as_secs() + u64::from(graceful_timeout.subsec_nanos() > 0);
+    i64::try_from(whole).unwrap_or(i64::MAX).saturating_add(TERMINATION_MARGIN_SECONDS)
+}
 
 /// Name of the ConfigMap and Deployment of a consumer.
 pub fn workers_name(consumer: &StreamConsumer) -> String {
@@ -178,8 +230,15 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
 }
 
 /// The worker Deployment: `spec.template` merged with the worker container, config volume, labels,
-/// restricted security defaults and no Kubernetes API token.
-pub fn deployment(consumer: &StreamConsumer, replicas: i32, image: &str, config_hash: &str) -> Deployment {
+/// restricted security defaults, no Kubernetes API token, and `grace_seconds` to stop in (unless the
+/// template sets `terminationGracePeriodSeconds`).
+pub fn deployment(
+    consumer: &StreamConsumer,
+    replicas: i32,
+    image: &str,
+    config_hash: &str,
+    grace_seconds: i64,
+) -> Deployment {
     let labels = worker_labels(consumer);
     let template = consumer.spec.template.clone().unwrap_or_default();
     let mut meta = template.metadata.unwrap_or_default();
@@ -208,8 +267,8 @@ pub fn deployment(consumer: &StreamConsumer, replicas: i32, image: &str, config_
             ..PodSecurityContext::default()
         });
     }
-    // Leases move gracefully on SIGTERM; give the worker its graceful timeout plus a margin.
-    pod.termination_grace_period_seconds.get_or_insert(30);
+    // Leases move gracefully on SIGTERM; the kubelet must not kill the worker while it drains.
+    pod.termination_grace_period_seconds.get_or_insert(grace_seconds);
     Deployment {
         metadata: owned_meta(consumer),
         spec: Some(DeploymentSpec {
@@ -292,7 +351,7 @@ mod tests {
     #[test]
     fn deployment_runs_the_worker_with_its_config_and_owner() {
         let c = consumer(BASE);
-        let d = deployment(&c, 2, "leasehold/worker:1", "abc");
+        let d = deployment(&c, 2, "leasehold/worker:1", "abc", 10);
         let spec = d.spec.as_ref().unwrap();
         assert_eq!(spec.replicas, Some(2));
         assert_eq!(d.metadata.owner_references.as_ref().unwrap()[0].kind, "StreamConsumer");
@@ -320,7 +379,7 @@ mod tests {
             "{BASE}template:\n  metadata: {{labels: {{team: payments}}}}\n  spec:\n    serviceAccountName: reader\n    containers:\n    \
              - {{name: worker, image: mine:2, resources: {{limits: {{memory: 64Mi}}}}}}\n    - {{name: sidecar, image: app:1}}\n"
         ));
-        let d = deployment(&c, 1, "leasehold/worker:1", "abc");
+        let d = deployment(&c, 1, "leasehold/worker:1", "abc", 10);
         let template = &d.spec.as_ref().unwrap().template;
         let pod = template.spec.as_ref().unwrap();
         assert_eq!(pod.service_account_name.as_deref(), Some("reader"));
@@ -337,5 +396,25 @@ mod tests {
         let b = worker_config(&consumer(&format!("{BASE}concurrency: 4\n")).spec).unwrap();
         assert_ne!(config_hash(&a), config_hash(&b));
         assert_eq!(config_hash(&a), config_hash(&a.clone()));
+    }
+
+    #[test]
+    fn the_grace_period_follows_the_graceful_timeout() {
+        assert_eq!(termination_grace_period(Duration::from_secs(5)), 10, "the default 5 s timeout");
+        assert_eq!(termination_grace_period(Duration::from_millis(2500)), 8, "rounded up to whole seconds");
+        assert_eq!(termination_grace_period(Duration::from_secs(60)), 65);
+        let grace = |yaml: &str| {
+            let c = consumer(yaml);
+            let resolved = c.spec.validate().expect("valid");
+            let d = desired(&c, 1, &resolved, "leasehold/worker:1").expect("built").deployment;
+            d.spec.unwrap().template.spec.unwrap().termination_grace_period_seconds
+        };
+        assert_eq!(grace(BASE), Some(10));
+        assert_eq!(grace(&format!("{BASE}lease: {{gracefulTimeout: 40s}}\n")), Some(45));
+        assert_eq!(
+            grace(&format!("{BASE}template: {{spec: {{terminationGracePeriodSeconds: 120}}}}\n")),
+            Some(120),
+            "the template's own value wins"
+        );
     }
 }

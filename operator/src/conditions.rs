@@ -24,6 +24,11 @@ impl Verdict {
     pub fn failed(reason: &str, message: impl Into<String>) -> Self {
         Self { ok: false, reason: reason.into(), message: message.into() }
     }
+
+    /// The verdict of a failed pipeline stage: its reason and message.
+    pub fn from_error(error: &crate::error::Error) -> Self {
+        Self::failed(error.reason(), error.message())
+    }
 }
 
 /// The verdicts of one reconcile.
@@ -37,6 +42,13 @@ pub struct Verdicts {
     pub stream: Verdict,
     /// The worker Deployment has its desired replicas ready.
     pub workers: Verdict,
+}
+
+impl Verdicts {
+    /// The same verdict for every condition (an invalid spec stops everything).
+    pub fn all(verdict: Verdict) -> Self {
+        Self { spec: verdict.clone(), table: verdict.clone(), stream: verdict.clone(), workers: verdict }
+    }
 }
 
 fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &[Condition]) -> Condition {

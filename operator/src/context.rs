@@ -1,4 +1,5 @@
-//! What every reconcile shares: the Kubernetes client, AWS clients, shard counts, events and metrics.
+//! What every reconcile shares: the Kubernetes client, AWS clients, shard counts, events, metrics, the
+//! failure streaks behind the backoff and the readiness `/readyz` reports.
 
 use std::time::Duration;
 
@@ -6,7 +7,9 @@ use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 
 use crate::aws::ClientCache;
+use crate::backoff::Failures;
 use crate::metrics::Metrics;
+use crate::readiness::Readiness;
 use crate::shards::ShardCounts;
 
 /// Operator settings.
@@ -34,6 +37,10 @@ pub struct Context {
     pub recorder: Recorder,
     /// Prometheus metrics.
     pub metrics: Metrics,
+    /// Consecutive failures per object, for backoff and for announcing a failure once.
+    pub failures: Failures,
+    /// The controller's state, as `/readyz` reports it.
+    pub readiness: Readiness,
 }
 
 impl Context {
@@ -47,6 +54,8 @@ impl Context {
             client,
             settings,
             metrics,
+            failures: Failures::default(),
+            readiness: Readiness::default(),
         }
     }
 }

@@ -1,4 +1,7 @@
-//! Errors of the operator.
+//! Errors of the operator: one variant per stage of the reconcile pipeline, so a failure says where it
+//! happened, is counted by that kind and maps to one condition reason.
+
+use leasehold_crds::FieldError;
 
 /// Result of a reconcile step.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -6,24 +9,111 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What can go wrong while reconciling.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// The finalizer could not be added, removed, or its step failed.
-    #[error("finalizer: {0}")]
-    Finalizer(#[source] Box<kube::runtime::finalizer::Error<Error>>),
-    /// The worker config could not be written.
-    #[error("worker config: {0}")]
-    Config(#[from] serde_yaml_ng::Error),
-    /// A DynamoDB call on the lease table failed.
+    /// validate: the spec breaks rules the worker checks (the API server should have refused it).
+    #[error("invalid spec: {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
+    InvalidSpec(Vec<FieldError>),
+    /// ensure table: a DynamoDB call on the lease table failed (also when deleting it).
     #[error("lease table {table}: {message}")]
     Table {
         /// The table.
         table: String,
-        /// What happened.
+        /// What happened (stable across retries: no request ids).
         message: String,
     },
+    /// observe: some streams do not exist.
+    #[error("stream(s) not found: {}", .0.join(", "))]
+    StreamNotFound(Vec<String>),
+    /// observe: the shard counts of some streams could not be read.
+    #[error("streams: {0}")]
+    Stream(String),
+    /// build: the worker config could not be written.
+    #[error("worker config: {0}")]
+    Build(#[from] serde_yaml_ng::Error),
+    /// apply: server-side apply of a worker object failed.
+    #[error("applying {object}: {source}")]
+    Apply {
+        /// The object, `Kind/name`.
+        object: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// status: the status could not be written.
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+    /// The finalizer could not be added or removed.
+    #[error("finalizer: {0}")]
+    Finalizer(#[source] kube::Error),
     /// The object has no namespace or name (never for a namespaced resource read from the API).
     #[error("object without namespace or name")]
     MissingMeta,
+}
+
+impl Error {
+    /// The stage that failed, as the `kind` label of `leasehold_operator_reconcile_failures_total`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::InvalidSpec(_) => "validate",
+            Error::Table { .. } => "table",
+            Error::StreamNotFound(_) | Error::Stream(_) => "observe",
+            Error::Build(_) => "build",
+            Error::Apply { .. } => "apply",
+            Error::Status(_) => "status",
+            Error::Finalizer(_) => "finalizer",
+            Error::MissingMeta => "metadata",
+        }
+    }
+
+    /// The condition reason (and event reason) of this failure.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::Table { .. } => "TableError",
+            Error::StreamNotFound(_) => "StreamNotFound",
+            Error::Stream(_) => "StreamError",
+            Error::Build(_) => "BuildFailed",
+            Error::Apply { .. } => "ApplyFailed",
+            Error::Status(_) => "StatusFailed",
+            Error::Finalizer(_) => "FinalizerFailed",
+            Error::MissingMeta => "MissingMetadata",
+        }
+    }
+
+    /// The message of this failure without the stage prefix, as a condition shows it.
+    pub fn message(&self) -> String {
+        match self {
+            Error::InvalidSpec(errors) => errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "),
+            Error::Table { table, message } => format!("lease table {table}: {message}"),
+            Error::Stream(message) => message.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// Folds the finalizer helper's error back into ours, keeping the stage that failed.
+    pub fn from_finalizer(error: kube::runtime::finalizer::Error<Error>) -> Self {
+        use kube::runtime::finalizer::Error as Finalizer;
+        match error {
+            Finalizer::ApplyFailed(e) | Finalizer::CleanupFailed(e) => e,
+            Finalizer::AddFinalizer(e) | Finalizer::RemoveFinalizer(e) => Error::Finalizer(e),
+            Finalizer::UnnamedObject | Finalizer::InvalidFinalizer => Error::MissingMeta,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_stage_has_its_kind_and_reason() {
+        let table = Error::Table { table: "t".into(), message: "UnrecognizedClientException".into() };
+        assert_eq!((table.kind(), table.reason()), ("table", "TableError"));
+        assert_eq!(table.message(), "lease table t: UnrecognizedClientException");
+        let missing = Error::StreamNotFound(vec!["a".into(), "b".into()]);
+        assert_eq!(
+            (missing.kind(), missing.reason(), missing.message().as_str()),
+            ("observe", "StreamNotFound", "stream(s) not found: a, b")
+        );
+        let inner = Error::from_finalizer(kube::runtime::finalizer::Error::ApplyFailed(table));
+        assert_eq!(inner.kind(), "table", "the stage survives the finalizer wrapper");
+    }
 }

@@ -1,10 +1,13 @@
 //! The Leasehold operator: reconciles `StreamConsumer` resources into a lease table, a worker
 //! ConfigMap and Deployment, scaling and status (see `docs/architecture.md`).
 //!
-//! The reconcile is a pipeline: observe (the table, the streams, the Deployment) -> build (pure, in
-//! [`build`]) -> apply (server-side apply under [`FIELD_MANAGER`]) -> status ([`conditions`]).
+//! The reconcile is a pipeline ([`pipeline`]): validate -> ensure table -> observe (streams, lease
+//! spread) -> build (pure, in [`build`]) -> apply (server-side apply under [`FIELD_MANAGER`]) -> status
+//! (conditions computed in [`conditions`]). A failure is counted by stage and retried with a per-object
+//! backoff ([`backoff`], [`controller::error_policy`]).
 
 pub mod aws;
+pub mod backoff;
 pub mod build;
 pub mod conditions;
 pub mod context;
@@ -12,6 +15,8 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod pipeline;
+pub mod readiness;
 pub mod shards;
 pub mod table;
 

@@ -10,7 +10,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::Api;
 use leasehold_operator::context::{Context, Settings};
 use leasehold_operator::leader::{self, Election};
-use leasehold_operator::metrics::{self, Metrics};
+use leasehold_operator::metrics::Metrics;
+use leasehold_operator::readiness::ControllerState;
+use leasehold_worker::health;
 use tokio_util::sync::CancellationToken;
 
 /// Reconciles StreamConsumer resources into lease tables and worker Deployments.
@@ -72,7 +74,12 @@ async fn main() -> ExitCode {
         }
     }
     let shutdown = CancellationToken::new();
-    let metrics_state = Metrics::default();
+    let settings = Settings {
+        worker_image: args.worker_image,
+        shard_poll_interval: args.shard_poll_interval,
+        static_credentials: None,
+    };
+    let ctx = Arc::new(Context::new(client, settings, Metrics::default()));
     let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -80,14 +87,15 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    tokio::spawn(metrics::serve(listener, metrics_state.clone(), shutdown.clone()));
-    let settings = Settings {
-        worker_image: args.worker_image,
-        shard_poll_interval: args.shard_poll_interval,
-        static_credentials: None,
-    };
-    let ctx = Arc::new(Context::new(client, settings, metrics_state));
+    if let Ok(addr) = listener.local_addr() {
+        tracing::info!(%addr, "serving /metrics, /healthz, /readyz");
+    }
+    // The endpoints outlive the controller: /readyz answers 503 while it stops, /healthz 200.
+    let endpoints = CancellationToken::new();
+    let _stop_endpoints = endpoints.clone().drop_guard();
+    tokio::spawn(health::serve(listener, ctx.metrics.health(ctx.readiness.clone()), endpoints));
     let signals = shutdown.clone();
+    let readiness = ctx.readiness.clone();
     tokio::spawn(async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
@@ -97,6 +105,7 @@ async fn main() -> ExitCode {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
         }
+        readiness.stopping();
         signals.cancel();
     });
     let stop = shutdown.child_token();
@@ -104,12 +113,15 @@ async fn main() -> ExitCode {
         let identity = std::env::var("POD_NAME").unwrap_or_else(|_| format!("operator-{}", std::process::id()));
         let election = Election::new(args.leader_election_namespace, "leasehold-operator", identity);
         let lost = CancellationToken::new();
+        ctx.readiness.set(ControllerState::Standby);
         if !leader::lead(ctx.client.clone(), election, lost.clone(), shutdown.clone()).await {
             return ExitCode::SUCCESS;
         }
         let stop_on_loss = stop.clone();
+        let readiness = ctx.readiness.clone();
         tokio::spawn(async move {
             lost.cancelled().await;
+            readiness.stopping();
             stop_on_loss.cancel();
         });
     }

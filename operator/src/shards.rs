@@ -54,7 +54,7 @@ impl ShardCounts {
             Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
                 StreamCount::NotFound
             }
-            Err(e) => StreamCount::Failed(aws_sdk_kinesis::error::DisplayErrorContext(e).to_string()),
+            Err(e) => StreamCount::Failed(crate::aws::error_message(&e)),
         };
         let jitter = rand::rng().random_range(0.8..1.2);
         let fresh_until = Instant::now() + self.interval.mul_f64(jitter);

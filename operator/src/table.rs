@@ -61,7 +61,7 @@ pub async fn ensure(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Re
             let created = create(client, spec, owner).await?;
             Ok((TableState::Creating, created))
         }
-        Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+        Err(e) => Err(failed(table, crate::aws::error_message(&e))),
     }
 }
 
@@ -99,14 +99,14 @@ pub async fn delete_if_ours(client: &Client, table: &str, owner: &Owner) -> Resu
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
             return Ok(Deletion::Missing);
         }
-        Err(e) => return Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+        Err(e) => return Err(failed(table, crate::aws::error_message(&e))),
     };
     let tags = client
         .list_tags_of_resource()
         .resource_arn(arn)
         .send()
         .await
-        .map_err(|e| failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e)))?
+        .map_err(|e| failed(table, crate::aws::error_message(&e)))?
         .tags
         .unwrap_or_default();
     let ours = owner.tags().iter().all(|(k, v)| tags.iter().any(|t| t.key == *k && t.value == *v));
@@ -116,6 +116,6 @@ pub async fn delete_if_ours(client: &Client, table: &str, owner: &Owner) -> Resu
     match client.delete_table().table_name(table).send().await {
         Ok(_) => Ok(Deletion::Deleted),
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => Ok(Deletion::Missing),
-        Err(e) => Err(failed(table, aws_sdk_dynamodb::error::DisplayErrorContext(e))),
+        Err(e) => Err(failed(table, crate::aws::error_message(&e))),
     }
 }

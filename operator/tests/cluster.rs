@@ -51,6 +51,8 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
 
     wait("deployment with 2 replicas", SLOW, || async { ns.replicas("orders-workers").await == Some(2) }).await;
     let deployment = ns.deployments().get("orders-workers").await.unwrap();
+    let pod_spec = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("pod spec");
+    assert_eq!(pod_spec.termination_grace_period_seconds, Some(10), "gracefulTimeout 5 s + 5 s");
     let owner = &deployment.owner_references()[0];
     assert_eq!((owner.kind.as_str(), owner.name.as_str(), owner.controller), ("StreamConsumer", "orders", Some(true)));
     let config_map = Api::<ConfigMap>::namespaced(ns.client.clone(), &ns.name).get("orders-workers").await.unwrap();
@@ -182,44 +184,29 @@ async fn kubectl_scale_drives_the_workers_when_autoscaling_is_off() {
     wait("deployment scaled to 4", SLOW, || async { ns.replicas("fixed-workers").await == Some(4) }).await;
 }
 
+/// The base spec of `refused-specs.json` with `patch` applied (a null removes the field).
+fn patched(base: &serde_json::Value, patch: &serde_json::Value) -> serde_json::Value {
+    let mut spec = base.clone();
+    for (key, value) in patch.as_object().expect("a patch is an object") {
+        if value.is_null() {
+            spec.as_object_mut().expect("object").remove(key);
+        } else {
+            spec[key] = value.clone();
+        }
+    }
+    spec
+}
+
 #[tokio::test]
 async fn invalid_specs_are_refused_by_the_api_server_naming_the_field() {
+    // The same cases `StreamConsumerSpec::validate` must refuse (crds/tests/refused_specs.rs).
+    let all: serde_json::Value =
+        serde_json::from_str(include_str!("../../crds/tests/refused-specs.json")).expect("refused-specs.json");
     let ns = TestNamespace::new("op-invalid").await;
-    let base = || json!({"streams": [{"name": "orders"}], "processor": {"stdout": {}}});
-    let with = |patch: serde_json::Value| {
-        let mut spec = base();
-        for (k, v) in patch.as_object().unwrap() {
-            if v.is_null() {
-                spec.as_object_mut().unwrap().remove(k);
-            } else {
-                spec[k] = v.clone();
-            }
-        }
-        spec
-    };
-    let cases = [
-        (with(json!({"processor": {}})), "spec.processor", "exactly one of stdout, http, multilang"),
-        (with(json!({"processor": {"stdout": {}, "http": {"url": "http://x"}}})), "spec.processor", "exactly one"),
-        (
-            with(json!({"workers": {"autoscaling": {"shardsPerWorker": 1, "minReplicas": 5, "maxReplicas": 2}}})),
-            "spec.workers.autoscaling.minReplicas",
-            "minReplicas must not exceed maxReplicas",
-        ),
-        (
-            with(json!({"lease": {"duration": "2s", "renewInterval": "3s"}})),
-            "spec.lease.renewInterval",
-            "shorter than duration",
-        ),
-        (with(json!({"lease": {"duration": "2s"}})), "spec.lease.renewInterval", "shorter than duration"),
-        (with(json!({"streamPattern": "^orders"})), "spec.streamPattern", "not both"),
-        (with(json!({"streams": null})), "spec.streams", "at least one stream"),
-        (with(json!({"streams": [{"name": "a"}, {"name": "a"}]})), "spec.streams[1]", "Duplicate value"),
-        (with(json!({"leaseTable": {"name": "x!"}})), "spec.leaseTable.name", "should match"),
-        (with(json!({"startPosition": "AT_TIMESTAMP"})), "spec.startTimestamp", "AT_TIMESTAMP"),
-        (with(json!({"startTimestamp": "2026-01-01T00:00:00Z"})), "spec.startTimestamp", "AT_TIMESTAMP"),
-        (with(json!({"lease": {"duration": "ten seconds"}})), "spec.lease.duration", "should match"),
-    ];
-    for (i, (spec, field, words)) in cases.into_iter().enumerate() {
+    let cases = all["cases"].as_array().expect("cases");
+    for (i, case) in cases.iter().enumerate() {
+        let spec = patched(&all["base"], &case["patch"]);
+        let (field, words) = (case["field"].as_str().unwrap(), case["says"].as_str().unwrap());
         let err =
             ns.create(&format!("bad-{i}"), spec.clone()).await.expect_err(&format!("case {i} must be refused: {spec}"));
         let message = match &err {
@@ -232,8 +219,12 @@ async fn invalid_specs_are_refused_by_the_api_server_naming_the_field() {
         assert!(message.contains(field), "case {i}: {message:?} should name {field}");
         assert!(message.contains(words), "case {i}: {message:?} should say {words:?}");
     }
-    // And the valid base is accepted.
-    ns.create("good", base()).await.expect("the valid spec is accepted");
+    // And the valid ones are accepted.
+    ns.create("good", all["base"].clone()).await.expect("the valid base is accepted");
+    for (i, patch) in all["accepted"].as_array().expect("accepted").iter().enumerate() {
+        let spec = patched(&all["base"], patch);
+        ns.create(&format!("good-{i}"), spec.clone()).await.unwrap_or_else(|e| panic!("{spec} is accepted: {e}"));
+    }
 }
 
 #[tokio::test]
@@ -332,4 +323,117 @@ async fn bad_credentials_show_in_status_with_the_aws_error() {
     .await;
     // No workers start without a usable table.
     assert!(ns.deployments().get_opt("refused-workers").await.unwrap().is_none());
+}
+
+/// Warning events on `consumer` with `reason`: (objects, highest series count; 1 for a single event).
+async fn warnings(ns: &TestNamespace, consumer: &str, reason: &str) -> (usize, i32) {
+    let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(ns.client.clone(), &ns.name);
+    let found: Vec<_> = events
+        .list(&ListParams::default())
+        .await
+        .expect("events")
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(consumer))
+        .collect();
+    let count = found.iter().map(|e| e.series.as_ref().map_or(1, |s| s.count)).max().unwrap_or(0);
+    (found.len(), count)
+}
+
+#[tokio::test]
+async fn a_persistent_table_error_backs_off_and_warns_once() {
+    let ns = TestNamespace::new("op-backoff").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-backoff", 1).await;
+    let refusing = leasehold_testkit::FaultServer::start(leasehold_testkit::Fault::Error {
+        status: 400,
+        error_type: "UnrecognizedClientException",
+    })
+    .await;
+    let mut aws = aws();
+    aws["dynamodbEndpoint"] = json!(refusing.endpoint());
+    ns.create(
+        "refused",
+        json!({"streams": [{"name": stream}], "aws": aws, "leaseTable": {"name": leasehold_testkit::unique_name("op-backoff")},
+               "processor": {"stdout": {}}}),
+    )
+    .await
+    .unwrap();
+    wait("the first table failure", SLOW, || async {
+        ns.condition("refused", "TableReady").await == Some(("False".into(), "TableError".into()))
+    })
+    .await;
+    // Watch DescribeTable calls for 24 s: a fixed 2 s requeue makes 12 or more; the backoff (2, 4, 8,
+    // 16 s, ±20 %) makes at most 5, with gaps that grow.
+    let started = std::time::Instant::now();
+    let mut calls = vec![(Duration::ZERO, refusing.requests())];
+    while started.elapsed() < Duration::from_secs(24) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = refusing.requests();
+        if now > calls.last().map_or(0, |c| c.1) {
+            calls.push((started.elapsed(), now));
+        }
+    }
+    let total = refusing.requests() - calls[0].1;
+    assert!((2..=6).contains(&total), "{total} DescribeTable calls in 24 s: {calls:?}");
+    let gaps: Vec<Duration> = calls.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    assert!(gaps.iter().any(|g| *g >= Duration::from_secs(6)), "the delay grows: {gaps:?}");
+    assert!(ns.ctx.metrics.failures_of("table") >= 3, "failures counted by kind");
+    assert_eq!(ns.ctx.metrics.failures_of("apply"), 0);
+    assert_eq!(warnings(&ns, "refused", "TableError").await, (1, 1), "one Warning for the whole streak");
+}
+
+#[tokio::test]
+async fn readiness_follows_the_controller() {
+    use leasehold_operator::readiness::ControllerState;
+    let ns = TestNamespace::new("op-ready").await;
+    wait("the controller runs with its cache filled", SLOW, || async {
+        ns.ctx.readiness.state() == ControllerState::Running
+    })
+    .await;
+    assert!(ns.ctx.readiness.is_ready());
+    ns.stop_operator();
+    wait("stopping once shut down", SLOW, || async { ns.ctx.readiness.state() == ControllerState::Stopping }).await;
+    assert!(!ns.ctx.readiness.is_ready());
+}
+
+#[tokio::test]
+async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
+    let client = support::client().await;
+    support::install_crd(&client).await;
+    let ns = support::create_namespace(&client, "op-readyz", false).await;
+    let addr = format!("127.0.0.1:{}", support::free_port());
+    let mut operator = support::spawn_operator_on(
+        std::path::Path::new(env!("CARGO_BIN_EXE_leasehold-operator")),
+        &ns,
+        &support::kubeconfig_path(),
+        "1s",
+        &addr,
+    );
+    wait("/readyz 200", SLOW, || async { support::http_get(&addr, "/readyz").await.map(|r| r.0) == Some(200) }).await;
+    assert_eq!(support::http_get(&addr, "/healthz").await.map(|r| r.0), Some(200));
+    // A consumer whose stream is missing fails in the observe stage, counted under that kind.
+    let missing = leasehold_testkit::unique_name("op-readyz");
+    Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns)
+        .create(
+            &kube::api::PostParams::default(),
+            &support::consumer(
+                "lost",
+                json!({"streams": [{"name": missing}], "aws": aws(), "processor": {"stdout": {}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait("an observe failure in /metrics", SLOW, || async {
+        support::http_get(&addr, "/metrics")
+            .await
+            .is_some_and(|(_, body)| body.contains(r#"leasehold_operator_reconcile_failures_total{kind="observe"}"#))
+    })
+    .await;
+    // SIGTERM: a clean exit.
+    let pid = operator.id().to_string();
+    std::process::Command::new("kill").args(["-TERM", &pid]).status().expect("kill");
+    let status = tokio::task::spawn_blocking(move || operator.wait()).await.unwrap().expect("wait");
+    assert!(status.success(), "{status:?}");
 }

@@ -35,6 +35,7 @@ pub mod config;
 mod coordinator;
 mod discovery;
 pub mod dispatch;
+pub mod health;
 mod kinesis;
 pub mod kpl;
 pub mod lease;

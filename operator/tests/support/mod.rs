@@ -68,6 +68,8 @@ pub async fn install_crd(client: &Client) {
 pub struct TestNamespace {
     pub client: Client,
     pub name: String,
+    /// The operator's shared state: metrics, failure streaks, readiness.
+    pub ctx: Arc<Context>,
     stop: CancellationToken,
 }
 
@@ -94,8 +96,13 @@ impl TestNamespace {
         };
         let ctx = Arc::new(Context::new(client.clone(), settings, Metrics::default()));
         let stop = CancellationToken::new();
-        tokio::spawn(leasehold_operator::controller::run(ctx, Some(name.clone()), stop.clone()));
-        Self { client, name, stop }
+        tokio::spawn(leasehold_operator::controller::run(ctx.clone(), Some(name.clone()), stop.clone()));
+        Self { client, name, ctx, stop }
+    }
+
+    /// Stops this namespace's operator (as a shutdown would).
+    pub fn stop_operator(&self) {
+        self.stop.cancel();
     }
 
     pub fn consumers(&self) -> Api<StreamConsumer> {
@@ -185,8 +192,19 @@ pub fn spawn_operator(
     kubeconfig: &std::path::Path,
     poll: &str,
 ) -> std::process::Child {
+    spawn_operator_on(binary, namespace, kubeconfig, poll, "127.0.0.1:0")
+}
+
+/// [`spawn_operator`] serving /metrics, /healthz and /readyz on `metrics_addr`.
+pub fn spawn_operator_on(
+    binary: &std::path::Path,
+    namespace: &str,
+    kubeconfig: &std::path::Path,
+    poll: &str,
+    metrics_addr: &str,
+) -> std::process::Child {
     std::process::Command::new(binary)
-        .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", poll])
+        .args(["--namespace", namespace, "--metrics-addr", metrics_addr, "--shard-poll-interval", poll])
         .env("KUBECONFIG", kubeconfig)
         .env("AWS_ACCESS_KEY_ID", "leasehold-test")
         .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
@@ -219,4 +237,21 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     panic!("timed out after {timeout:?} waiting for {what}");
+}
+
+/// A free loopback port (bound then released: good enough for a test process started right after).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port()
+}
+
+/// One plain HTTP GET: (status code, body), or None when nothing answers.
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    Some((head.split(' ').nth(1)?.parse().ok()?, body.to_string()))
 }

@@ -1,0 +1,38 @@
+//! Stage 5, apply: the built ConfigMap and Deployment by server-side apply under [`FIELD_MANAGER`].
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType;
+use kube::{Api, ResourceExt};
+use leasehold_crds::StreamConsumer;
+
+use crate::FIELD_MANAGER;
+use crate::build::Desired;
+use crate::context::Context;
+use crate::controller::publish;
+use crate::error::{Error, Result};
+
+/// Applies `desired`; returns the ready replicas the Deployment reports.
+pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired) -> Result<i32> {
+    let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let name = desired.name();
+    let failed = |kind: &'static str| move |source| Error::Apply { object: format!("{kind}/{name}"), source };
+    Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
+        .patch(name, &params, &Patch::Apply(&desired.config_map))
+        .await
+        .map_err(failed("ConfigMap"))?;
+    let applied = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace)
+        .patch(name, &params, &Patch::Apply(&desired.deployment))
+        .await
+        .map_err(failed("Deployment"))?;
+    let before = consumer.status.as_ref().and_then(|s| s.replicas);
+    if let Some(before) = before
+        && before != desired.replicas
+    {
+        let note = format!("workers scaled from {before} to {}", desired.replicas);
+        publish(ctx, consumer, EventType::Normal, "Scaled", note).await;
+    }
+    Ok(applied.status.and_then(|s| s.ready_replicas).unwrap_or(0))
+}

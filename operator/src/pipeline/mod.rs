@@ -1,0 +1,91 @@
+//! The reconcile of a live StreamConsumer as a pipeline, one stage per module:
+//! [`validate`] -> [`ensure_table`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
+//! [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
+//! (except the status write itself), so a failure shows as a condition; then the first failure in
+//! stage order is returned, and [`crate::controller::error_policy`] backs off.
+
+pub mod apply;
+pub mod ensure_table;
+pub mod observe;
+pub mod status;
+pub mod validate;
+
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use leasehold_crds::StreamConsumer;
+
+use crate::build;
+use crate::conditions::{Verdict, Verdicts};
+use crate::context::Context;
+use crate::error::{Error, Result};
+use status::{Report, write_status};
+
+/// Requeue while the table is being created (a wait, not a failure: no backoff).
+pub const TABLE_WAIT: Duration = Duration::from_secs(2);
+
+/// The verdict of a stage's outcome: `ok` of its value, or the failure's reason and message.
+fn verdict<T>(outcome: &Result<T>, ok: impl FnOnce(&T) -> Verdict) -> Verdict {
+    match outcome {
+        Ok(value) => ok(value),
+        Err(error) => Verdict::from_error(error),
+    }
+}
+
+/// Runs the pipeline once for `consumer`.
+pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
+    let previous = consumer.status.clone().unwrap_or_default();
+    let resolved = match validate::validate(consumer) {
+        Ok(resolved) => resolved,
+        Err(error) => {
+            // Nothing is changed for an invalid spec; the last known counts stay in status.
+            let report = Report {
+                verdicts: Verdicts::all(Verdict::from_error(&error)),
+                open_shards: previous.open_shards,
+                replicas: previous.replicas.unwrap_or(0),
+                leases: previous.leases,
+            };
+            write_status(consumer, ctx, &report).await?;
+            return Err(error);
+        }
+    };
+    let table = ensure_table::ensure_table(consumer, ctx).await;
+    let table_ready = table.as_ref().is_ok_and(|t| t.ready);
+    let shards = observe::open_shards(consumer, ctx).await;
+    // An unreadable count keeps the last one, so workers are not scaled on a transient error.
+    let open_shards = shards.as_ref().ok().copied().flatten().or(previous.open_shards);
+    let leases = if table_ready { observe::lease_spread(consumer, ctx).await } else { Vec::new() };
+    let replicas = build::desired_replicas(&consumer.spec, open_shards);
+    // Workers start only once their table can hold leases.
+    let workers = if table_ready {
+        match build::desired(consumer, replicas, &resolved, &ctx.settings.worker_image) {
+            Ok(desired) => apply::apply(consumer, ctx, &desired).await.map(Some),
+            Err(error) => Err(Error::Build(error)),
+        }
+    } else {
+        Ok(None)
+    };
+    let report = Report {
+        verdicts: Verdicts {
+            spec: Verdict::ok("Valid", ""),
+            table: verdict(&table, |t| t.verdict.clone()),
+            stream: verdict(&shards, |count| match count {
+                Some(open) => Verdict::ok("Found", format!("{open} open shard(s)")),
+                None => Verdict::ok("Found", "streams chosen by pattern or assignment; not counted"),
+            }),
+            workers: verdict(&workers, |ready| match ready {
+                Some(ready) if *ready >= replicas => Verdict::ok("Ready", format!("{ready}/{replicas} workers ready")),
+                Some(ready) => Verdict::failed("WorkersNotReady", format!("{ready}/{replicas} workers ready")),
+                None => Verdict::failed("WaitingForTable", "workers start once the lease table is ACTIVE"),
+            }),
+        },
+        open_shards,
+        replicas,
+        leases,
+    };
+    write_status(consumer, ctx, &report).await?;
+    table?;
+    shards?;
+    workers?;
+    Ok(Action::requeue(if table_ready { ctx.shards.interval() } else { TABLE_WAIT }))
+}

@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerConfig;
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
-use crate::{observe, runtime};
+use crate::{health, runtime};
 
 /// Runs one worker of a Leasehold consumer: reads the shards it leases and processes their records.
 #[derive(Debug, Parser)]
@@ -123,7 +123,7 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
         tracing::info!(address = %address, "serving /metrics, /healthz and /readyz");
     }
     let metrics = Arc::new(Metrics::default());
-    let serving = observe::serve(listener, metrics.clone(), shutdown.clone());
+    let serving = health::serve(listener, metrics.health(), shutdown.clone());
     tokio::spawn(async move {
         if let Err(e) = serving.await {
             tracing::error!(error = %e, "/metrics server failed");

@@ -40,7 +40,6 @@ mod kinesis;
 pub mod kpl;
 pub mod lease;
 pub mod metrics;
-pub mod observe;
 pub mod processor;
 pub mod runtime;
 mod shard;

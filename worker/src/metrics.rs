@@ -1,12 +1,15 @@
 //! The worker's Prometheus metrics (`/metrics`), shared by the coordinator, the shard readers and the
 //! record runner.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+
+use crate::health::Health;
 
 /// Labels of a per-shard or per-outcome series.
 type Labels = Vec<(&'static str, String)>;
@@ -125,6 +128,15 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+
+    /// What the worker's `/metrics` and `/readyz` answer (see [`crate::health`]).
+    pub fn health(self: &Arc<Self>) -> Health {
+        let (encoding, readiness) = (self.clone(), self.clone());
+        Health::new(
+            move |out| prometheus_client::encoding::text::encode(out, &encoding.registry),
+            move || readiness.is_ready(),
+        )
     }
 }
 

@@ -2,14 +2,16 @@
 //! operator reconciles and, as its `spec`, the configuration file the worker binary reads.
 
 mod reference;
+mod resolved;
 mod spec;
 mod status;
 mod validate;
 
 pub use reference::reference_markdown;
+pub use resolved::{ResolvedDurations, ResolvedSpec, defaults};
 pub use spec::*;
 pub use status::*;
-pub use validate::{FieldError, MAX_HTTP_BATCH, ResolvedDurations, ResolvedSpec, defaults};
+pub use validate::{FieldError, MAX_HTTP_BATCH};
 
 /// API group of every Leasehold resource.
 pub const API_GROUP: &str = "leasehold.io";

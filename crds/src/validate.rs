@@ -7,7 +7,8 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::spec::{OnExhausted, Ordering, StartPosition, StreamConsumerSpec};
+use crate::resolved::{ResolvedDurations, ResolvedSpec, defaults};
+use crate::spec::{StartPosition, StreamConsumerSpec};
 
 /// One problem with a spec, naming the field it is in.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -22,128 +23,6 @@ pub struct FieldError {
 impl FieldError {
     fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
         Self { field: field.into(), message: message.to_string() }
-    }
-}
-
-/// Every default of a spec, once: the resolver applies them to a spec, and code that builds worker
-/// settings without a spec (tests, embedders) starts from [`ResolvedSpec::default`], made of them.
-pub mod defaults {
-    use std::time::Duration;
-
-    use crate::spec::{OnExhausted, Ordering};
-
-    /// `lease.duration`.
-    pub const LEASE_DURATION: Duration = Duration::from_secs(10);
-    /// `lease.renewInterval`.
-    pub const RENEW_INTERVAL: Duration = Duration::from_secs(3);
-    /// `lease.scanInterval`.
-    pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
-    /// `lease.shardSyncInterval`.
-    pub const SHARD_SYNC_INTERVAL: Duration = Duration::from_secs(10);
-    /// `lease.checkpointInterval`.
-    pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
-    /// `lease.gracefulTimeout`.
-    pub const GRACEFUL_TIMEOUT: Duration = Duration::from_secs(5);
-    /// `reader.idleTime`.
-    pub const IDLE_TIME: Duration = Duration::from_millis(500);
-    /// `reader.maxRecords` (records per GetRecords call).
-    pub const MAX_RECORDS: i32 = 1000;
-    /// `retry.maxAttempts`.
-    pub const MAX_ATTEMPTS: u32 = 5;
-    /// `retry.backoff`.
-    pub const RETRY_BACKOFF: Duration = Duration::from_secs(1);
-    /// `retry.onExhausted`.
-    pub const ON_EXHAUSTED: OnExhausted = OnExhausted::Block;
-    /// `ordering`.
-    pub const ORDERING: Ordering = Ordering::Key;
-    /// `concurrency`.
-    pub const CONCURRENCY: usize = 1;
-    /// `processor.http.timeout`.
-    pub const HTTP_TIMEOUT: Duration = Duration::from_secs(5);
-    /// `processor.http.batch.maxRecords` (one record per request).
-    pub const HTTP_BATCH_RECORDS: usize = 1;
-    /// `processor.http.batch.maxDelay`.
-    pub const HTTP_BATCH_MAX_DELAY: Duration = Duration::from_millis(5);
-    /// `processor.multilang.timeout`.
-    pub const MULTILANG_TIMEOUT: Duration = Duration::from_secs(60);
-}
-
-/// A spec's settings with every default applied: what the worker runs with and the operator derives
-/// from (for example the pods' termination grace period from `graceful_timeout`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResolvedSpec {
-    /// The durations.
-    pub durations: ResolvedDurations,
-    /// `reader.maxRecords`.
-    pub max_records: i32,
-    /// `ordering`.
-    pub ordering: Ordering,
-    /// `concurrency`.
-    pub concurrency: usize,
-    /// `retry.maxAttempts`.
-    pub max_attempts: u32,
-    /// `retry.onExhausted`.
-    pub on_exhausted: OnExhausted,
-    /// `processor.http.batch.maxRecords`.
-    pub http_batch_records: usize,
-}
-
-impl Default for ResolvedSpec {
-    fn default() -> Self {
-        Self {
-            durations: ResolvedDurations::default(),
-            max_records: defaults::MAX_RECORDS,
-            ordering: defaults::ORDERING,
-            concurrency: defaults::CONCURRENCY,
-            max_attempts: defaults::MAX_ATTEMPTS,
-            on_exhausted: defaults::ON_EXHAUSTED,
-            http_batch_records: defaults::HTTP_BATCH_RECORDS,
-        }
-    }
-}
-
-/// The spec's durations, parsed, with defaults applied.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ResolvedDurations {
-    /// `lease.duration` (default 10 s).
-    pub lease: Duration,
-    /// `lease.renewInterval` (default 3 s).
-    pub renew_interval: Duration,
-    /// `lease.scanInterval` (default 500 ms).
-    pub scan_interval: Duration,
-    /// `lease.shardSyncInterval` (default 10 s).
-    pub shard_sync_interval: Duration,
-    /// `lease.checkpointInterval` (default 1 s).
-    pub checkpoint_interval: Duration,
-    /// `lease.gracefulTimeout` (default 5 s).
-    pub graceful_timeout: Duration,
-    /// `reader.idleTime` (default 500 ms).
-    pub idle_time: Duration,
-    /// `retry.backoff` (default 1 s).
-    pub retry_backoff: Duration,
-    /// `processor.http.timeout` (default 5 s).
-    pub http_timeout: Duration,
-    /// `processor.http.batch.maxDelay` (default 5 ms).
-    pub http_batch_max_delay: Duration,
-    /// `processor.multilang.timeout` (default 60 s).
-    pub multilang_timeout: Duration,
-}
-
-impl Default for ResolvedDurations {
-    fn default() -> Self {
-        Self {
-            lease: defaults::LEASE_DURATION,
-            renew_interval: defaults::RENEW_INTERVAL,
-            scan_interval: defaults::SCAN_INTERVAL,
-            shard_sync_interval: defaults::SHARD_SYNC_INTERVAL,
-            checkpoint_interval: defaults::CHECKPOINT_INTERVAL,
-            graceful_timeout: defaults::GRACEFUL_TIMEOUT,
-            idle_time: defaults::IDLE_TIME,
-            retry_backoff: defaults::RETRY_BACKOFF,
-            http_timeout: defaults::HTTP_TIMEOUT,
-            http_batch_max_delay: defaults::HTTP_BATCH_MAX_DELAY,
-            multilang_timeout: defaults::MULTILANG_TIMEOUT,
-        }
     }
 }
 

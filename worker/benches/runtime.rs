@@ -1,5 +1,5 @@
-//! Worker runtime benchmarks against kinesalite and dynalite, with the default timing of DESIGN.md
-//! (lease 10 s, renew 3 s, scan 1 s) unless a line says otherwise. Run with `make bench`.
+//! Worker runtime benchmarks against kinesalite and dynalite, with the default timing
+//! (`leasehold_crds::defaults`: lease 10 s, renew 3 s, scan 500 ms) unless a line says otherwise. Run with `make bench`.
 //!
 //! Prints markdown for docs/benchmarks.md.
 

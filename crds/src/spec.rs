@@ -22,6 +22,7 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[x_kube(validation = Rule::new("!(has(self.streams) && size(self.streams) > 0 && has(self.streamPattern))").message("give streams or streamPattern, not both").field_path(".streamPattern"))]
 #[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || (has(self.assignment) && size(self.assignment.shards) > 0)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
+#[x_kube(validation = Rule::new("!has(self.streams) || self.streams.all(a, self.streams.filter(b, (has(b.name) ? b.name : b.arn.split('/')[1]) == (has(a.name) ? a.name : a.arn.split('/')[1])).size() == 1)").message("a stream is named twice (by name or by ARN); lease keys are <stream name>:<shardId>, so read same-named streams of two accounts with two consumers").field_path(".streams"))]
 #[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
 #[kube(
     group = "leasehold.io",
@@ -40,10 +41,12 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StreamConsumerSpec {
-    /// Streams to read, by name; one subscription per stream. Give this or `streamPattern`, not both.
+    /// Streams to read, each by name or by ARN; one subscription per stream. Give this or
+    /// `streamPattern`, not both.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    // A list-map keyed by name: the API server refuses a stream named twice ("Duplicate value").
-    #[schemars(length(max = 100), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    // Lease keys are `<stream name>:<shardId>`: a stream named twice (by name, or by ARNs of two
+    // accounts) is refused.
+    #[schemars(length(max = 100))]
     pub streams: Vec<StreamSpec>,
     /// Regular expression over stream names; matching streams (including ones created later) are read.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,13 +114,39 @@ fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schem
     })
 }
 
-/// One stream to read.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+/// One stream to read: by name (in the consumer's own account and region), or by ARN (any account:
+/// every Kinesis call passes `StreamARN`, with credentials from the standard AWS chain).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.name) != has(self.arn)").message("set exactly one of name, arn"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StreamSpec {
     /// The stream's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-zA-Z0-9_.-]{1,128}$"), length(max = 128))]
-    pub name: String,
+    pub name: Option<String>,
+    /// The stream's ARN, `arn:<partition>:kinesis:<region>:<account>:stream/<name>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = STREAM_ARN_PATTERN), length(max = 256))]
+    pub arn: Option<String>,
+}
+
+/// The form of a stream ARN (the CRD schema and the worker check the same).
+pub const STREAM_ARN_PATTERN: &str = r"^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-9]{12}:stream/[a-zA-Z0-9_.-]{1,128}$";
+
+impl StreamSpec {
+    /// A stream given by name.
+    pub fn named(name: impl Into<String>) -> Self {
+        Self { name: Some(name.into()), arn: None }
+    }
+
+    /// The stream's name: `name`, or the last part of `arn` (empty when neither is set).
+    pub fn stream_name(&self) -> &str {
+        match (&self.name, &self.arn) {
+            (Some(name), _) => name,
+            (None, Some(arn)) => arn.rsplit_once('/').map(|(_, name)| name).unwrap_or_default(),
+            (None, None) => "",
+        }
+    }
 }
 
 /// AWS settings.

@@ -30,6 +30,23 @@ pub struct StreamConsumerStatus {
     /// How many leases each worker holds.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<WorkerLeases>,
+    /// Each named stream's capacity mode and open shards (on-demand streams have no shard count of
+    /// their own: Kinesis changes it, and autoscaling follows it all the same).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["stream"]))]
+    pub capacity: Vec<StreamCapacity>,
+}
+
+/// One stream's capacity as last read (DescribeStreamSummary).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StreamCapacity {
+    /// The stream's name.
+    pub stream: String,
+    /// `PROVISIONED` or `ON_DEMAND`.
+    pub mode: String,
+    /// Its open shards.
+    pub open_shards: i32,
 }
 
 /// Leases held by one worker.

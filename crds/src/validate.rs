@@ -70,6 +70,13 @@ fn valid_aws_name(name: &str, lengths: std::ops::RangeInclusive<usize>) -> bool 
     lengths.contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-.".contains(&b))
 }
 
+/// True for a stream ARN of the form the CRD schema requires ([`STREAM_ARN_PATTERN`](crate::STREAM_ARN_PATTERN)).
+pub fn valid_stream_arn(arn: &str) -> bool {
+    static PATTERN: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(crate::spec::STREAM_ARN_PATTERN).ok());
+    PATTERN.as_ref().is_some_and(|pattern| pattern.is_match(arn))
+}
+
 /// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_table_name(name: &str) -> bool {
     valid_aws_name(name, 3..=255)
@@ -193,17 +200,35 @@ impl StreamConsumerSpec {
         }
         let mut seen = HashSet::new();
         for (i, stream) in self.streams.iter().enumerate() {
-            if !valid_stream_name(&stream.name) {
+            match (&stream.name, &stream.arn) {
+                (Some(_), Some(_)) | (None, None) => {
+                    errors.push(FieldError::new(format!("spec.streams[{i}]"), "set exactly one of name, arn"));
+                    continue;
+                }
+                (None, Some(given)) if !valid_stream_arn(given) => {
+                    errors.push(FieldError::new(
+                        format!("spec.streams[{i}].arn"),
+                        format!(
+                            "{given:?} is not a stream ARN (arn:<partition>:kinesis:<region>:<account>:stream/<name>)"
+                        ),
+                    ));
+                    continue;
+                }
+                _ => {}
+            }
+            let field = if stream.name.is_some() { "name" } else { "arn" };
+            let name = stream.stream_name();
+            if !valid_stream_name(name) {
                 errors.push(FieldError::new(
-                    format!("spec.streams[{i}].name"),
-                    format!("{:?} is not a Kinesis stream name (1-128 of a-z, A-Z, 0-9, _, -, .)", stream.name),
+                    format!("spec.streams[{i}].{field}"),
+                    format!("{name:?} is not a Kinesis stream name (1-128 of a-z, A-Z, 0-9, _, -, .)"),
                 ));
-            } else if !seen.insert(stream.name.as_str()) {
+            } else if !seen.insert(name) {
                 errors.push(FieldError::new(
-                    format!("spec.streams[{i}].name"),
+                    format!("spec.streams[{i}].{field}"),
                     format!(
-                        "stream {:?} is named twice; a worker reads a stream through one subscription",
-                        stream.name
+                        "stream {name:?} is named twice; a worker reads a stream through one subscription, and \
+                         lease keys are <stream name>:<shardId> (same-named streams of two accounts need two consumers)"
                     ),
                 ));
             }

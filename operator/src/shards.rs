@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use leasehold_crds::StreamSpec;
 use rand::Rng;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -12,8 +13,9 @@ use tokio::time::Instant;
 /// What is known of one stream.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StreamCount {
-    /// The stream exists with this many open shards.
-    Open(i32),
+    /// The stream exists with this many open shards, in this capacity mode (`PROVISIONED`,
+    /// `ON_DEMAND`).
+    Open(i32, String),
     /// The stream does not exist.
     NotFound,
     /// The count could not be read.
@@ -38,17 +40,28 @@ impl ShardCounts {
         self.interval
     }
 
-    /// The count for `stream` at `endpoint` (any string identifying the account/region/endpoint).
-    pub async fn get(&self, client: &aws_sdk_kinesis::Client, endpoint: &str, stream: &str) -> StreamCount {
-        let key = (endpoint.to_string(), stream.to_string());
+    /// The count for `stream` (by name, or by ARN when it has one) at `endpoint` (any string
+    /// identifying the account/region/endpoint).
+    pub async fn get(&self, client: &aws_sdk_kinesis::Client, endpoint: &str, stream: &StreamSpec) -> StreamCount {
+        let address = stream.arn.clone().unwrap_or_else(|| stream.stream_name().to_string());
+        let key = (endpoint.to_string(), address);
         if let Some((fresh_until, count)) = self.entries.lock().await.get(&key)
             && Instant::now() < *fresh_until
         {
             return count.clone();
         }
-        let count = match client.describe_stream_summary().stream_name(stream).send().await {
+        let request = client.describe_stream_summary().set_stream_arn(stream.arn.clone());
+        let request = if stream.arn.is_some() { request } else { request.stream_name(stream.stream_name()) };
+        let count = match request.send().await {
             Ok(out) => match out.stream_description_summary {
-                Some(summary) => StreamCount::Open(summary.open_shard_count),
+                Some(summary) => {
+                    // A service or emulator that says nothing of the mode predates on-demand streams.
+                    let mode = summary
+                        .stream_mode_details
+                        .map(|m| m.stream_mode.as_str().to_string())
+                        .unwrap_or_else(|| "PROVISIONED".into());
+                    StreamCount::Open(summary.open_shard_count, mode)
+                }
                 None => StreamCount::Failed("empty DescribeStreamSummary answer".into()),
             },
             Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {

@@ -1,5 +1,6 @@
 //! The worker's configuration file: a YAML document holding a `StreamConsumer` spec.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use leasehold_crds::{FieldError, ResolvedSpec, StartPosition, StreamConsumerSpec};
@@ -48,6 +49,8 @@ pub struct WorkerConfig {
     pub resolved: ResolvedSpec,
     /// Which streams (or shards) to read.
     pub selection: StreamSelection,
+    /// The streams named by ARN: stream name -> ARN (their Kinesis calls pass `StreamARN`).
+    pub stream_arns: HashMap<String, String>,
     /// Where shards without a checkpoint (and without parents) start.
     pub root_start: Checkpoint,
 }
@@ -87,7 +90,9 @@ impl WorkerConfig {
                 Checkpoint::AtTimestamp(i64::try_from(ms).unwrap_or(i64::MAX))
             }
         };
-        Ok(Self { spec, resolved, selection, root_start })
+        let stream_arns =
+            spec.streams.iter().filter_map(|s| Some((s.stream_name().to_string(), s.arn.clone()?))).collect();
+        Ok(Self { spec, resolved, selection, stream_arns, root_start })
     }
 }
 
@@ -103,7 +108,7 @@ fn selection(spec: &StreamConsumerSpec) -> Result<StreamSelection, FieldError> {
         })?;
         return Ok(StreamSelection::Pattern(regex));
     }
-    Ok(StreamSelection::Named(spec.streams.iter().map(|s| s.name.clone()).collect()))
+    Ok(StreamSelection::Named(spec.streams.iter().map(|s| s.stream_name().to_string()).collect()))
 }
 
 #[cfg(test)]

@@ -94,7 +94,7 @@ pub async fn run(
             Arc::new(MemoryLeaseStore::new(settings))
         }
     };
-    let kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws));
+    let kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
     let assigned = match &config.selection {
         StreamSelection::Assigned(keys) => Some(keys.clone()),

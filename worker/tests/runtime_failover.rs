@@ -12,20 +12,23 @@ const LEASE: Duration = Duration::from_secs(2);
 const RENEW: Duration = Duration::from_millis(500);
 const SCAN: Duration = Duration::from_millis(250);
 
-async fn balanced_pair(shards: i32, prefix: &str) -> (aws_sdk_kinesis::Client, String, [WorkerProcess; 2]) {
-    let kinesis = leasehold_testkit::kinesis_client().await;
+async fn balanced_pair(
+    emulator: Emulator,
+    shards: i32,
+    prefix: &str,
+) -> (aws_sdk_kinesis::Client, String, [WorkerProcess; 2]) {
+    let kinesis = emulator.client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, prefix, shards).await;
     let table = leasehold_testkit::unique_name(prefix);
-    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let config = emulator.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let workers = [spawn(&config, &format!("{prefix}-a")), spawn(&config, &format!("{prefix}-b"))];
     let half = usize::try_from(shards / 2).unwrap();
     wait_for("two workers balanced", Duration::from_secs(30), || workers.iter().all(|w| w.held_shards().len() == half));
     (kinesis, stream, workers)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew() {
-    let (kinesis, stream, [mut victim, survivor]) = balanced_pair(4, "kill").await;
+async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator: Emulator) {
+    let (kinesis, stream, [mut victim, survivor]) = balanced_pair(emulator, 4, "kill").await;
     let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let orphaned = victim.held_shards();
@@ -64,9 +67,8 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_moves_shards_at_once_without_duplicates() {
-    let (kinesis, stream, [mut leaver, mut stayer]) = balanced_pair(4, "term").await;
+async fn sigterm_moves_shards_at_once_without_duplicates(emulator: Emulator) {
+    let (kinesis, stream, [mut leaver, mut stayer]) = balanced_pair(emulator, 4, "term").await;
     let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
     tokio::time::sleep(Duration::from_secs(2)).await;
     let moving = leaver.held_shards();
@@ -93,9 +95,8 @@ async fn sigterm_moves_shards_at_once_without_duplicates() {
     assert_running(&mut [&mut stayer]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume() {
-    let (kinesis, stream, [sleeper, other]) = balanced_pair(4, "stop").await;
+async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume(emulator: Emulator) {
+    let (kinesis, stream, [sleeper, other]) = balanced_pair(emulator, 4, "stop").await;
     let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let lost = sleeper.held_shards();
@@ -129,3 +130,9 @@ async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume() {
     let repeats = assert_repeats_only_from_crashes(&all_deliveries(&[&sleeper, &other]), &written, &[victim]);
     println!("{repeats} records processed again after the stop");
 }
+
+on_both_emulators!(
+    killed_workers_shards_resume_elsewhere_within_lease_plus_renew,
+    sigterm_moves_shards_at_once_without_duplicates,
+    a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume
+);

@@ -10,15 +10,14 @@ use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_workers_share_four_shards_and_process_every_record_in_key_order() {
-    let kinesis = leasehold_testkit::kinesis_client().await;
+async fn three_workers_share_four_shards_and_process_every_record_in_key_order(emulator: Emulator) {
+    let kinesis = emulator.client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "group", 4).await;
     let table = leasehold_testkit::unique_name("group");
     let first = records(50, 0, 10);
     put_records(&kinesis, &stream, &first).await;
 
-    let config = config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let config = emulator.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let mut workers = [spawn(&config, "w1"), spawn(&config, "w2"), spawn(&config, "w3")];
     let refs: Vec<_> = workers.iter().collect();
     wait_for("every shard held", Duration::from_secs(30), || {
@@ -49,3 +48,5 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order()
     let [a, b, c] = &mut workers;
     assert_running(&mut [a, b, c]);
 }
+
+on_both_emulators!(three_workers_share_four_shards_and_process_every_record_in_key_order);

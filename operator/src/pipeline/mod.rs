@@ -44,6 +44,7 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
                 open_shards: previous.open_shards,
                 replicas: previous.replicas.unwrap_or(0),
                 leases: previous.leases,
+                capacity: previous.capacity,
             };
             write_status(consumer, ctx, &report).await?;
             return Err(error);
@@ -51,9 +52,11 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     };
     let table = ensure_table::ensure_table(consumer, ctx).await;
     let table_ready = table.as_ref().is_ok_and(|t| t.ready);
-    let shards = observe::open_shards(consumer, ctx).await;
+    let shards = observe::capacity(consumer, ctx).await;
     // An unreadable count keeps the last one, so workers are not scaled on a transient error.
-    let open_shards = shards.as_ref().ok().copied().flatten().or(previous.open_shards);
+    let capacity = shards.as_ref().ok().cloned().flatten();
+    let open_shards = capacity.as_ref().map(|c| c.iter().map(|s| s.open_shards).sum()).or(previous.open_shards);
+    let capacity = capacity.unwrap_or(previous.capacity);
     let leases = if table_ready { observe::lease_spread(consumer, ctx).await } else { Vec::new() };
     let replicas = build::desired_replicas(&consumer.spec, open_shards);
     // Workers start only once their table can hold leases.
@@ -70,7 +73,7 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
             spec: Verdict::ok("Valid", ""),
             table: verdict(&table, |t| t.verdict.clone()),
             stream: verdict(&shards, |count| match count {
-                Some(open) => Verdict::ok("Found", format!("{open} open shard(s)")),
+                Some(streams) => Verdict::ok("Found", describe(streams)),
                 None => Verdict::ok("Found", "streams chosen by pattern or assignment; not counted"),
             }),
             workers: verdict(&workers, |ready| match ready {
@@ -82,10 +85,21 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         open_shards,
         replicas,
         leases,
+        capacity,
     };
     write_status(consumer, ctx, &report).await?;
     table?;
     shards?;
     workers?;
     Ok(Action::requeue(if table_ready { ctx.shards.interval() } else { TABLE_WAIT }))
+}
+
+/// The `StreamReady` message: open shards per stream, with the on-demand ones marked.
+fn describe(streams: &[leasehold_crds::StreamCapacity]) -> String {
+    let open: i32 = streams.iter().map(|s| s.open_shards).sum();
+    let on_demand: Vec<&str> = streams.iter().filter(|s| s.mode == "ON_DEMAND").map(|s| s.stream.as_str()).collect();
+    match on_demand.is_empty() {
+        true => format!("{open} open shard(s)"),
+        false => format!("{open} open shard(s); on demand: {}", on_demand.join(", ")),
+    }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use leasehold_crds::{StreamConsumer, WorkerLeases};
+use leasehold_crds::{StreamCapacity, StreamConsumer, WorkerLeases};
 use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 
 use crate::FIELD_MANAGER;
@@ -11,23 +11,24 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::shards::StreamCount;
 
-/// Open shards over the named streams: `None` when streams are chosen by pattern or assignment (not
-/// counted); a missing or unreadable stream fails the stage.
-pub async fn open_shards(consumer: &StreamConsumer, ctx: &Context) -> Result<Option<i32>> {
+/// Each named stream's capacity mode and open shards: `None` when streams are chosen by pattern or
+/// assignment (not counted); a missing or unreadable stream fails the stage.
+pub async fn capacity(consumer: &StreamConsumer, ctx: &Context) -> Result<Option<Vec<StreamCapacity>>> {
     let spec = &consumer.spec;
     if spec.streams.is_empty() {
         return Ok(None);
     }
     let clients = ctx.aws.get(&spec.aws).await;
     let endpoint = format!("{:?}/{:?}", spec.aws.region, spec.aws.kinesis_endpoint);
-    let mut open = 0;
+    let mut capacity = Vec::new();
     let mut missing = Vec::new();
     let mut failures = Vec::new();
     for stream in &spec.streams {
-        match ctx.shards.get(&clients.kinesis, &endpoint, &stream.name).await {
-            StreamCount::Open(n) => open += n,
-            StreamCount::NotFound => missing.push(stream.name.clone()),
-            StreamCount::Failed(e) => failures.push(format!("{}: {e}", stream.name)),
+        let name = stream.stream_name().to_string();
+        match ctx.shards.get(&clients.kinesis, &endpoint, stream).await {
+            StreamCount::Open(open_shards, mode) => capacity.push(StreamCapacity { stream: name, mode, open_shards }),
+            StreamCount::NotFound => missing.push(name),
+            StreamCount::Failed(e) => failures.push(format!("{name}: {e}")),
         }
     }
     if !missing.is_empty() {
@@ -36,7 +37,7 @@ pub async fn open_shards(consumer: &StreamConsumer, ctx: &Context) -> Result<Opt
     if !failures.is_empty() {
         return Err(Error::Stream(failures.join("; ")));
     }
-    Ok(Some(open))
+    Ok(Some(capacity))
 }
 
 /// How many leases each worker holds, read from the lease table (empty when there is none or it cannot

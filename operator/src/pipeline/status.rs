@@ -3,7 +3,7 @@
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use leasehold_crds::{StreamConsumer, StreamConsumerStatus, WorkerLeases};
+use leasehold_crds::{StreamCapacity, StreamConsumer, StreamConsumerStatus, WorkerLeases};
 use serde_json::json;
 
 use crate::FIELD_MANAGER;
@@ -23,6 +23,8 @@ pub struct Report {
     pub replicas: i32,
     /// Leases per worker.
     pub leases: Vec<WorkerLeases>,
+    /// Each named stream's capacity mode and open shards, when known.
+    pub capacity: Vec<StreamCapacity>,
 }
 
 /// The status `report` makes of `consumer` (pure): transition times carry over from the current status.
@@ -30,7 +32,7 @@ pub fn status_of(consumer: &StreamConsumer, report: &Report) -> StreamConsumerSt
     let previous = consumer.status.as_ref().map(|s| s.conditions.as_slice()).unwrap_or_default();
     let streams = match (&consumer.spec.stream_pattern, consumer.spec.streams.is_empty()) {
         (Some(pattern), _) => Some(format!("/{pattern}/")),
-        (None, false) => Some(consumer.spec.streams.iter().map(|s| s.name.as_str()).collect::<Vec<_>>().join(",")),
+        (None, false) => Some(consumer.spec.streams.iter().map(|s| s.stream_name()).collect::<Vec<_>>().join(",")),
         (None, true) => None,
     };
     StreamConsumerStatus {
@@ -41,6 +43,7 @@ pub fn status_of(consumer: &StreamConsumer, report: &Report) -> StreamConsumerSt
         replicas: Some(report.replicas),
         selector: Some(build::selector(consumer)),
         leases: report.leases.clone(),
+        capacity: report.capacity.clone(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! The Kinesis calls a worker makes: listing streams and shards, iterators, GetRecords.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use aws_sdk_kinesis::Client;
@@ -117,12 +118,28 @@ pub struct Batch {
 #[derive(Debug, Clone)]
 pub struct Kinesis {
     client: Client,
+    /// Streams named by ARN (`spec.streams[].arn`), by stream name: their calls pass `StreamARN`.
+    arns: Arc<HashMap<String, String>>,
 }
 
 impl Kinesis {
     /// Wraps an SDK client.
     pub fn new(client: Client) -> Self {
-        Self { client }
+        Self { client, arns: Arc::default() }
+    }
+
+    /// The same client addressing the streams of `arns` (stream name -> ARN) by their ARN.
+    pub fn with_arns(mut self, arns: HashMap<String, String>) -> Self {
+        self.arns = Arc::new(arns);
+        self
+    }
+
+    /// How a call names `stream`: `(StreamName, StreamARN)`, exactly one of them set.
+    fn address(&self, stream: &str) -> (Option<String>, Option<String>) {
+        match self.arns.get(stream) {
+            Some(arn) => (None, Some(arn.clone())),
+            None => (Some(stream.to_string()), None),
+        }
     }
 
     /// Every stream in the account and region, following paging.
@@ -156,7 +173,10 @@ impl Kinesis {
             // With a NextToken the API refuses the stream name.
             let request = match &token {
                 Some(token) => self.client.list_shards().next_token(token),
-                None => self.client.list_shards().stream_name(stream),
+                None => {
+                    let (name, arn) = self.address(stream);
+                    self.client.list_shards().set_stream_name(name).set_stream_arn(arn)
+                }
             };
             let out = request.send().await.map_err(|e| KinesisError::from_sdk(e, stream))?;
             for shard in out.shards.unwrap_or_default() {
@@ -173,7 +193,8 @@ impl Kinesis {
 
     /// A shard iterator starting at `start`.
     pub async fn iterator(&self, stream: &str, shard_id: &str, start: &StartAt) -> Result<Option<String>> {
-        let request = self.client.get_shard_iterator().stream_name(stream).shard_id(shard_id);
+        let (name, arn) = self.address(stream);
+        let request = self.client.get_shard_iterator().set_stream_name(name).set_stream_arn(arn).shard_id(shard_id);
         let request = match start {
             StartAt::AfterSequence(sequence) => {
                 request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).starting_sequence_number(sequence)
@@ -199,6 +220,7 @@ impl Kinesis {
         let out = self
             .client
             .get_records()
+            .set_stream_arn(self.address(stream).1)
             .shard_iterator(iterator)
             .limit(limit)
             .send()
@@ -221,9 +243,11 @@ impl Kinesis {
 
     /// Puts one record on `stream` (requeued copies, dead letters).
     pub async fn put_record(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<()> {
+        let (name, arn) = self.address(stream);
         self.client
             .put_record()
-            .stream_name(stream)
+            .set_stream_name(name)
+            .set_stream_arn(arn)
             .partition_key(partition_key)
             .data(Blob::new(data))
             .send()

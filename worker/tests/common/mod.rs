@@ -320,3 +320,91 @@ pub fn assert_running(workers: &mut [&mut WorkerProcess]) {
         }
     }
 }
+
+/// The Kinesis emulator a test body runs against: the same body runs on both, as two tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emulator {
+    /// kinesalite.
+    Kinesalite,
+    /// kinesis-mock (npm `kinesis-local`).
+    KinesisMock,
+}
+
+impl Emulator {
+    /// The testkit service of this emulator.
+    pub fn service(self) -> leasehold_testkit::Service {
+        match self {
+            Emulator::Kinesalite => leasehold_testkit::Service::Kinesis,
+            Emulator::KinesisMock => leasehold_testkit::Service::KinesisMock,
+        }
+    }
+
+    /// A client of this emulator.
+    pub async fn client(self) -> aws_sdk_kinesis::Client {
+        match self {
+            Emulator::Kinesalite => leasehold_testkit::kinesis_client().await,
+            Emulator::KinesisMock => leasehold_testkit::kinesis_mock_client().await,
+        }
+    }
+
+    /// [`config`] reading from this emulator.
+    pub fn config(self, stream: &str, table: Option<&str>, extra: &str) -> String {
+        self.config_with_timing(stream, table, FAST_TIMING, extra)
+    }
+
+    /// [`config_with_timing`] reading from this emulator.
+    pub fn config_with_timing(self, stream: &str, table: Option<&str>, timing: &str, extra: &str) -> String {
+        let config = config_with_timing(stream, table, timing, extra);
+        with_endpoint(&config, leasehold_testkit::Service::Kinesis, &leasehold_testkit::endpoint(self.service()))
+    }
+}
+
+/// Runs each named test body (an `async fn(Emulator)`) once per Kinesis emulator, as the tests
+/// `<name>::kinesalite` and `<name>::kinesis_mock`.
+#[macro_export]
+macro_rules! on_both_emulators {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn kinesalite() {
+                    super::$name(super::Emulator::Kinesalite).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn kinesis_mock() {
+                    super::$name(super::Emulator::KinesisMock).await
+                }
+            }
+        )*
+    };
+}
+
+/// Per key, the first deliveries in the order the test saw them carry increasing numbers, across
+/// every parent -> child change, and at least one key moved between shards (so the test did reshard).
+pub fn assert_key_order_across_shards(deliveries: &[Delivery]) {
+    let mut first_seen: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut sorted = deliveries.to_vec();
+    sorted.sort_by_key(|d| d.seen_at);
+    for d in &sorted {
+        if seen.insert(d.data.clone()) {
+            first_seen.entry(d.partition_key.clone()).or_default().push((data_number(&d.data), d.shard_id.clone()));
+        }
+    }
+    let mut crossed = 0;
+    for (key, list) in &first_seen {
+        for pair in list.windows(2) {
+            assert!(
+                pair[1].0 > pair[0].0,
+                "key {key}: {} ({}) after {} ({})",
+                pair[1].0,
+                pair[1].1,
+                pair[0].0,
+                pair[0].1
+            );
+        }
+        crossed += usize::from(list.iter().map(|(_, s)| s).collect::<HashSet<_>>().len() >= 2);
+    }
+    assert!(crossed > 0, "no key moved between shards: the test did not exercise resharding");
+}

@@ -1,0 +1,109 @@
+//! What only the second emulator (kinesis-mock) can show: a stream named by ARN is read through its
+//! ARN; an on-demand stream is read like any other; `UpdateShardCount` 2 -> 4 -> 2 under load loses
+//! nothing and keeps each key's order across the generations, with every record processed exactly once.
+
+mod common;
+
+use std::time::Duration;
+
+use aws_sdk_kinesis::types::{ScalingType, StreamMode, StreamModeDetails};
+use common::*;
+use leasehold_testkit::kinesis::{put_records, wait_active};
+use leasehold_testkit::process::wait_for;
+
+/// A config reading `streams` (a YAML list) from kinesis-mock, leases in dynalite.
+fn config_for(streams: &str, table: &str, extra: &str) -> String {
+    let placeholder = "placeholder-stream";
+    Emulator::KinesisMock
+        .config(placeholder, Some(table), extra)
+        .replace(&format!("streams: [{{name: {placeholder}}}]"), &format!("streams: {streams}"))
+}
+
+async fn arn_of(client: &aws_sdk_kinesis::Client, stream: &str) -> String {
+    let summary = client.describe_stream_summary().stream_name(stream).send().await.expect("summary");
+    summary.stream_description_summary.expect("summary").stream_arn
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_named_by_arn_is_read_through_its_arn() {
+    let kinesis = Emulator::KinesisMock.client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "byarn", 2).await;
+    let arn = arn_of(&kinesis, &stream).await;
+    let table = leasehold_testkit::unique_name("byarn");
+    let config = config_for(&format!("[{{arn: '{arn}'}}]"), &table, "startPosition: TRIM_HORIZON\n");
+    let workers = [spawn(&config, "arn-a"), spawn(&config, "arn-b")];
+    let refs: Vec<_> = workers.iter().collect();
+    let written = records(20, 0, 10);
+    put_records(&kinesis, &stream, &written).await;
+    wait_for("every record processed", Duration::from_secs(40), || {
+        distinct(&all_deliveries(&refs)).len() == written.len()
+    });
+    assert_exactly_once(&all_deliveries(&refs), &written);
+    assert_per_key_order(&refs);
+    // Lease keys stay `<stream name>:<shardId>`.
+    let held: Vec<String> = workers.iter().flat_map(|w| w.held_shards()).collect();
+    assert!(held.iter().all(|k| k.starts_with(&format!("{stream}:shardId-"))), "{held:?}");
+
+    // The ARN is what the calls use: the same name under another account is another stream.
+    let elsewhere = arn.replace(":000000000000:", ":111111111111:");
+    let stray_table = leasehold_testkit::unique_name("byarn-other");
+    let stray = spawn(
+        &config_for(&format!("[{{arn: '{elsewhere}'}}]"), &stray_table, "startPosition: TRIM_HORIZON\n"),
+        "arn-other",
+    );
+    wait_for("the other account's stream reported missing", Duration::from_secs(20), || {
+        stray.stderr_text().contains("cannot list shards")
+    });
+    assert!(stray.deliveries().is_empty(), "records of another account's stream were read");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_on_demand_stream_is_read_like_any_other() {
+    let kinesis = Emulator::KinesisMock.client().await;
+    let stream = leasehold_testkit::unique_name("ondemand");
+    let mode = StreamModeDetails::builder().stream_mode(StreamMode::OnDemand).build().expect("mode");
+    kinesis.create_stream().stream_name(&stream).stream_mode_details(mode).send().await.expect("create");
+    wait_active(&kinesis, &stream).await;
+    let table = leasehold_testkit::unique_name("ondemand");
+    let config = Emulator::KinesisMock.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let workers = [spawn(&config, "od-a"), spawn(&config, "od-b")];
+    let refs: Vec<_> = workers.iter().collect();
+    let written = records(30, 0, 5);
+    put_records(&kinesis, &stream, &written).await;
+    wait_for("every record processed", Duration::from_secs(40), || {
+        distinct(&all_deliveries(&refs)).len() == written.len()
+    });
+    assert_exactly_once(&all_deliveries(&refs), &written);
+    assert_per_key_order(&refs);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn update_shard_count_two_four_two_under_load_keeps_order_and_repeats_nothing() {
+    let kinesis = Emulator::KinesisMock.client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "usc", 2).await;
+    let table = leasehold_testkit::unique_name("usc");
+    let config = Emulator::KinesisMock.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
+    let workers = [spawn(&config, "usc-a"), spawn(&config, "usc-b")];
+    let refs: Vec<_> = workers.iter().collect();
+    let producer = Producer::start(kinesis.clone(), &stream, 20, Duration::from_millis(100));
+    for target in [4, 2] {
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        kinesis
+            .update_shard_count()
+            .stream_name(&stream)
+            .target_shard_count(target)
+            .scaling_type(ScalingType::UniformScaling)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("UpdateShardCount {target}: {e:?}"));
+        wait_active(&kinesis, &stream).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let written = producer.stop().await;
+    wait_for("every record processed across the generations", Duration::from_secs(60), || {
+        distinct(&all_deliveries(&refs)).len() >= written.len()
+    });
+    assert_exactly_once(&all_deliveries(&refs), &written);
+    assert_per_key_order(&refs);
+    assert_key_order_across_shards(&all_deliveries(&refs));
+}

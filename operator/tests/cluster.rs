@@ -289,12 +289,12 @@ async fn a_missing_stream_is_reported_in_status() {
     assert_eq!(ns.condition("lost", "Ready").await, Some(("False".into(), "StreamNotFound".into())));
 }
 
-#[tokio::test]
-async fn bad_credentials_show_in_status_with_the_aws_error() {
-    let ns = TestNamespace::new("op-creds").await;
+/// A namespace with consumer `refused`, whose lease table's DynamoDB refuses the credentials (as AWS
+/// does for an unknown access key); the refusing server lives as long as the returned handle.
+async fn consumer_with_a_refused_table(prefix: &str) -> (TestNamespace, leasehold_testkit::FaultServer) {
+    let ns = TestNamespace::new(prefix).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
-    let stream = leasehold_testkit::create_stream(&kinesis, "op-creds", 1).await;
-    // DynamoDB refuses the credentials, as AWS does for an unknown access key.
+    let stream = leasehold_testkit::create_stream(&kinesis, prefix, 1).await;
     let refusing = leasehold_testkit::FaultServer::start(leasehold_testkit::Fault::Error {
         status: 400,
         error_type: "UnrecognizedClientException",
@@ -304,11 +304,17 @@ async fn bad_credentials_show_in_status_with_the_aws_error() {
     aws["dynamodbEndpoint"] = json!(refusing.endpoint());
     ns.create(
         "refused",
-        json!({"streams": [{"name": stream}], "aws": aws, "leaseTable": {"name": leasehold_testkit::unique_name("op-creds")},
+        json!({"streams": [{"name": stream}], "aws": aws, "leaseTable": {"name": leasehold_testkit::unique_name(prefix)},
                "processor": {"stdout": {}}}),
     )
     .await
     .unwrap();
+    (ns, refusing)
+}
+
+#[tokio::test]
+async fn bad_credentials_show_in_status_with_the_aws_error() {
+    let (ns, _refusing) = consumer_with_a_refused_table("op-creds").await;
     wait("TableReady False with the AWS error", SLOW, || async {
         let Some(current) = ns.consumers().get_opt("refused").await.ok().flatten() else { return false };
         current.status.is_some_and(|s| {
@@ -343,23 +349,7 @@ async fn warnings(ns: &TestNamespace, consumer: &str, reason: &str) -> (usize, i
 
 #[tokio::test]
 async fn a_persistent_table_error_backs_off_and_warns_once() {
-    let ns = TestNamespace::new("op-backoff").await;
-    let kinesis = leasehold_testkit::kinesis_client().await;
-    let stream = leasehold_testkit::create_stream(&kinesis, "op-backoff", 1).await;
-    let refusing = leasehold_testkit::FaultServer::start(leasehold_testkit::Fault::Error {
-        status: 400,
-        error_type: "UnrecognizedClientException",
-    })
-    .await;
-    let mut aws = aws();
-    aws["dynamodbEndpoint"] = json!(refusing.endpoint());
-    ns.create(
-        "refused",
-        json!({"streams": [{"name": stream}], "aws": aws, "leaseTable": {"name": leasehold_testkit::unique_name("op-backoff")},
-               "processor": {"stdout": {}}}),
-    )
-    .await
-    .unwrap();
+    let (ns, refusing) = consumer_with_a_refused_table("op-backoff").await;
     wait("the first table failure", SLOW, || async {
         ns.condition("refused", "TableReady").await == Some(("False".into(), "TableError".into()))
     })
@@ -411,8 +401,11 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
         "1s",
         &addr,
     );
-    wait("/readyz 200", SLOW, || async { support::http_get(&addr, "/readyz").await.map(|r| r.0) == Some(200) }).await;
-    assert_eq!(support::http_get(&addr, "/healthz").await.map(|r| r.0), Some(200));
+    wait("/readyz 200", SLOW, || async {
+        leasehold_testkit::server::try_http_get(&addr, "/readyz").await.map(|r| r.0) == Some(200)
+    })
+    .await;
+    assert_eq!(leasehold_testkit::server::try_http_get(&addr, "/healthz").await.map(|r| r.0), Some(200));
     // A consumer whose stream is missing fails in the observe stage, counted under that kind.
     let missing = leasehold_testkit::unique_name("op-readyz");
     Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns)
@@ -426,7 +419,7 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
         .await
         .unwrap();
     wait("an observe failure in /metrics", SLOW, || async {
-        support::http_get(&addr, "/metrics")
+        leasehold_testkit::server::try_http_get(&addr, "/metrics")
             .await
             .is_some_and(|(_, body)| body.contains(r#"leasehold_operator_reconcile_failures_total{kind="observe"}"#))
     })

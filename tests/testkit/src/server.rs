@@ -34,14 +34,19 @@ impl Drop for LocalServer {
     }
 }
 
-/// GET `path` from `address` (`host:port`) over plain HTTP/1.1: (status, body).
-pub async fn http_get(address: &str, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(address).await.expect("connect");
+/// GET `path` from `address` (`host:port`) over plain HTTP/1.1: (status, body); `None` when there is
+/// no answer (nothing listening yet, a broken response), for tests that wait for a server.
+pub async fn try_http_get(address: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(address).await.ok()?;
     let request = format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
+    stream.write_all(request.as_bytes()).await.ok()?;
     let mut answer = String::new();
-    stream.read_to_string(&mut answer).await.expect("read");
-    let (head, body) = answer.split_once("\r\n\r\n").expect("an HTTP answer");
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).expect("status");
-    (status, body.to_string())
+    stream.read_to_string(&mut answer).await.ok()?;
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    Some((head.split(' ').nth(1)?.parse().ok()?, body.to_string()))
+}
+
+/// [`try_http_get`] of a server that must answer.
+pub async fn http_get(address: &str, path: &str) -> (u16, String) {
+    try_http_get(address, path).await.unwrap_or_else(|| panic!("no HTTP answer from {address}{path}"))
 }

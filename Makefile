@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries crds demo-workers test lint emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
+.PHONY: check-binaries crds demo-workers test lint soak emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane lint
@@ -36,6 +36,11 @@ bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench dispatch
 	cargo bench -p leasehold-operator --bench consumers
 	$(MAKE) bench-kcl
+
+## 30 minutes of churn (kill -9, SIGTERM, restarts), DynamoDB throttling and resharding at 1 record/s
+## per shard; memory and file descriptors of the workers that stay up must stay bounded.
+soak: emulators
+	LEASEHOLD_SOAK_SECS=$${LEASEHOLD_SOAK_SECS:-1800} cargo test -p leasehold-worker --test soak -- --nocapture
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
 ## CPU and memory on the same backlog, then failover after kill -9 (3 trials each).

@@ -41,9 +41,13 @@ pub fn with_endpoint(config: &str, service: leasehold_testkit::Service, endpoint
     config.replace(&format!("{field}: '{real}'"), &format!("{field}: '{endpoint}'"))
 }
 
-/// Starts a worker process of the binary under test.
+/// Starts a worker process of the binary under test (`LEASEHOLD_WORKER_BIN` names another build, for
+/// long runs that must not see the build directory change under them).
 pub fn spawn(config: &str, owner: &str) -> WorkerProcess {
-    WorkerProcess::spawn(Path::new(env!("CARGO_BIN_EXE_leasehold-worker")), config, owner)
+    let binary = std::env::var_os("LEASEHOLD_WORKER_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_BIN_EXE_leasehold-worker")).to_path_buf());
+    WorkerProcess::spawn(&binary, config, owner)
 }
 
 /// Every record `keys` x `per_key` as written by [`leasehold_testkit::kinesis::numbered`], numbered from

@@ -46,6 +46,8 @@ pub mod defaults {
     pub const IDLE_TIME: Duration = Duration::from_millis(500);
     /// `reader.maxRecords` (records per GetRecords call).
     pub const MAX_RECORDS: i32 = 1000;
+    /// `reader.deaggregate`.
+    pub const DEAGGREGATE: bool = true;
     /// `retry.maxAttempts`.
     pub const MAX_ATTEMPTS: u32 = 5;
     /// `retry.backoff`.
@@ -74,6 +76,8 @@ pub struct ResolvedSpec {
     pub durations: ResolvedDurations,
     /// `reader.maxRecords`.
     pub max_records: i32,
+    /// `reader.deaggregate`.
+    pub deaggregate: bool,
     /// `ordering`.
     pub ordering: Ordering,
     /// `concurrency`.
@@ -91,6 +95,7 @@ impl Default for ResolvedSpec {
         Self {
             durations: ResolvedDurations::default(),
             max_records: defaults::MAX_RECORDS,
+            deaggregate: defaults::DEAGGREGATE,
             ordering: defaults::ORDERING,
             concurrency: defaults::CONCURRENCY,
             max_attempts: defaults::MAX_ATTEMPTS,
@@ -265,6 +270,7 @@ impl StreamConsumerSpec {
         Ok(ResolvedSpec {
             durations,
             max_records: self.reader.max_records.unwrap_or(defaults::MAX_RECORDS),
+            deaggregate: self.reader.deaggregate.unwrap_or(defaults::DEAGGREGATE),
             ordering: self.ordering.unwrap_or(defaults::ORDERING),
             concurrency: count(self.concurrency, defaults::CONCURRENCY),
             max_attempts: retry

@@ -106,6 +106,9 @@ pub struct Dispatcher {
     waiting: HashMap<u64, VecDeque<Admitted>>,
     hasher: RandomState,
     marks: Watermark,
+    /// The highest ordinal done so far: after a stop, records before it still start, so that the done
+    /// records form a prefix the checkpoint covers and the next reader repeats none of them.
+    highest_done: Option<u64>,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -144,6 +147,7 @@ impl Dispatcher {
             waiting: HashMap::new(),
             hasher: RandomState::new(),
             marks: Watermark::default(),
+            highest_done: None,
         }
     }
 
@@ -215,6 +219,7 @@ impl Dispatcher {
     fn finished(&mut self, done: Finished) -> Result<(), Halted> {
         if done.outcome.is_done() {
             self.marks.complete(done.ordinal, done.covers);
+            self.highest_done = self.highest_done.max(Some(done.ordinal));
         }
         if self.by_key
             && let Some(queue) = self.waiting.get_mut(&done.key)
@@ -229,11 +234,22 @@ impl Dispatcher {
         self.start_ready()
     }
 
+    /// The next ready record that may start: any before a stop; after it, only one admitted before a
+    /// record already done (it fills a gap in the done prefix). Records after the last done one do not
+    /// start: a record after an abandoned one of its key would otherwise run before it (the next
+    /// reader delivers both again, in order).
+    fn next_ready(&mut self) -> Option<Admitted> {
+        if !self.stop.is_cancelled() {
+            return self.ready.pop_front();
+        }
+        let bound = self.highest_done?;
+        let at = self.ready.iter().position(|a| a.ordinal < bound)?;
+        self.ready.remove(at)
+    }
+
     fn start_ready(&mut self) -> Result<(), Halted> {
-        // After a stop nothing starts: a record after an abandoned one of its key would otherwise run
-        // before it (the next reader delivers both again, in order).
-        while self.in_flight.len() < self.limit && !self.stop.is_cancelled() {
-            let Some(next) = self.ready.pop_front() else { break };
+        while self.in_flight.len() < self.limit {
+            let Some(next) = self.next_ready() else { break };
             if !(self.gate)() {
                 self.ready.push_front(next);
                 return Err(Halted);

@@ -205,6 +205,27 @@ async fn a_stop_lets_running_records_finish_and_starts_no_other() {
     assert_eq!(d.watermark(), Some(&at("1")));
 }
 
+#[tokio::test(start_paused = true)]
+async fn after_a_stop_the_gaps_before_done_records_are_filled_so_nothing_is_repeated() {
+    // Record 1 waits behind record 0 (same key, slow) while 2 and 3 finish: after a stop, 1 still
+    // runs, so the done prefix covers all four and the next reader repeats none of them.
+    let probe =
+        Arc::new(Probe { delays: Some(|n| Duration::from_millis(if n == 0 { 50 } else { 10 })), ..Probe::default() });
+    let (mut d, stop) = dispatcher(Ordering::Key, 2, probe.clone());
+    for (n, key) in ["a", "a", "b", "b", "a"].into_iter().enumerate() {
+        d.push_plain(record(n as u64, key)).unwrap();
+    }
+    while !probe.finished.lock().unwrap().contains(&3) {
+        assert!(d.step().await.unwrap());
+    }
+    stop.cancel();
+    while d.step().await.unwrap() {}
+    let mut finished = probe.finished.lock().unwrap().clone();
+    finished.sort();
+    assert_eq!(finished, vec![0, 1, 2, 3], "1 filled the gap; 4 (after every done record) did not start");
+    assert_eq!(d.watermark(), Some(&at("3")));
+}
+
 fn at(sequence: &str) -> Checkpoint {
     Checkpoint::Sequence(sequence.into())
 }

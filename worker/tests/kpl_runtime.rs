@@ -651,3 +651,20 @@ for line in sys.stdin:
     assert_eq!(got, expected);
     drop(w);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_deaggregate_false_an_aggregate_is_one_opaque_record() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "kploff", 1).await;
+    let table = leasehold_testkit::unique_name("kploff");
+    let aggregate = library_aggregates(&users("user", 2, 0, 5), 10).remove(0);
+    let sequence = put_aggregate(&kinesis, &stream, &aggregate).await;
+    let extra = "reader: {idleTime: 100ms, deaggregate: false}\n";
+    let w = worker(&stream, &table, "processor: {stdout: {}}\n", extra, "kploff-1");
+    wait_for("the aggregate delivered", Duration::from_secs(30), || !printed(&w).is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let seen = printed(&w);
+    assert_eq!(seen.len(), 1, "one record");
+    assert_eq!((&seen[0].sequence, seen[0].sub_sequence, &seen[0].data), (&sequence, None, &aggregate.data));
+    assert_eq!(seen[0].key, aggregate.partition_key);
+}

@@ -173,10 +173,8 @@ impl Session {
     fn accept_checkpoint(&mut self, sequence: &Value, sub_sequence: &Value) -> Option<&'static str> {
         const REFUSED: Option<&str> = Some("IllegalArgumentException");
         let position = match (sequence, sub_sequence) {
-            (Value::Null, _) => match self.delivered.clone() {
-                Some(delivered) => delivered,
-                None => return None,
-            },
+            // Nothing sent yet: nothing to checkpoint, and no error (`?` answers `None`).
+            (Value::Null, _) => self.delivered.clone()?,
             (Value::String(sequence), sub) => {
                 let sub = match sub {
                     Value::Null => 0,

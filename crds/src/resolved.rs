@@ -29,6 +29,8 @@ pub mod defaults {
     pub const IDLE_TIME: Duration = Duration::from_millis(500);
     /// `reader.maxRecords` (records per GetRecords call).
     pub const MAX_RECORDS: i32 = 1000;
+    /// `reader.deaggregate`.
+    pub const DEAGGREGATE: bool = true;
     /// `retry.maxAttempts`.
     pub const MAX_ATTEMPTS: u32 = 5;
     /// `retry.backoff`.
@@ -57,6 +59,8 @@ pub struct ResolvedSpec {
     pub durations: ResolvedDurations,
     /// `reader.maxRecords`.
     pub max_records: i32,
+    /// `reader.deaggregate`.
+    pub deaggregate: bool,
     /// `ordering`.
     pub ordering: Ordering,
     /// `concurrency`.
@@ -74,6 +78,7 @@ impl Default for ResolvedSpec {
         Self {
             durations: ResolvedDurations::default(),
             max_records: defaults::MAX_RECORDS,
+            deaggregate: defaults::DEAGGREGATE,
             ordering: defaults::ORDERING,
             concurrency: defaults::CONCURRENCY,
             max_attempts: defaults::MAX_ATTEMPTS,

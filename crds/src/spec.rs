@@ -287,6 +287,10 @@ pub struct ReaderSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub idle_time: Option<String>,
+    /// Unpack KPL-aggregated records into their user records, as the Java KCL does. Default true;
+    /// false hands every Kinesis record to the processor as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deaggregate: Option<bool>,
 }
 
 /// The record processor: exactly one kind.

@@ -173,6 +173,7 @@ impl StreamConsumerSpec {
         Ok(ResolvedSpec {
             durations,
             max_records: self.reader.max_records.unwrap_or(defaults::MAX_RECORDS),
+            deaggregate: self.reader.deaggregate.unwrap_or(defaults::DEAGGREGATE),
             ordering: self.ordering.unwrap_or(defaults::ORDERING),
             concurrency: count(self.concurrency, defaults::CONCURRENCY),
             max_attempts: retry

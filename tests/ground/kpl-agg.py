@@ -2,9 +2,10 @@
 """Makes KPL aggregated records with AWS's aws-kinesis-agg library (run it with tests/ground/kpl.sh's python).
 
 Reads JSON from stdin: {"records": [{"partition_key": str, "data_b64": str, "explicit_hash_key": str?}],
-"max_size": int?}. Writes JSON to stdout: {"aggregates": [{"partition_key": str, "explicit_hash_key":
+"max_size": int?, "max_records": int?}. Writes JSON to stdout: {"aggregates": [{"partition_key": str, "explicit_hash_key":
 str|null, "data_b64": str, "user_records": int}]}, one entry per aggregated Kinesis record, in order;
-the library starts a new aggregate when one would exceed max_size (default: its 1 MiB limit).
+the library starts a new aggregate when one would exceed max_size (default: its 1 MiB limit), and this
+script when one holds max_records user records (default: no limit).
 """
 import base64
 import json
@@ -23,6 +24,8 @@ def main():
             record["partition_key"], base64.b64decode(record["data_b64"]), record.get("explicit_hash_key"))
         if done is not None:
             full.append(done)
+        if aggregator.get_num_user_records() >= spec.get("max_records", float("inf")):
+            full.append(aggregator.clear_and_get())
     last = aggregator.clear_and_get()
     if last is not None:
         full.append(last)

@@ -10,6 +10,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use leasehold_crds::Ordering;
 use leasehold_worker::dispatch::{DispatchSettings, Dispatcher, Runner};
+use leasehold_worker::lease::Checkpoint;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor};
 use tokio_util::sync::CancellationToken;
 
@@ -36,6 +37,8 @@ fn records() -> Vec<Record> {
             partition_key: format!("key-{}", n % KEYS),
             data: Bytes::from_static(b"{\"order\":1}"),
             arrival_ms: None,
+            explicit_hash_key: None,
+            sub_sequence_number: None,
         })
         .collect()
 }
@@ -49,12 +52,13 @@ async fn feed(dispatcher: &mut Dispatcher, records: Vec<Record>) -> Option<Strin
                 return None;
             }
         }
-        if dispatcher.push(record).is_err() {
+        let covers = Checkpoint::Sequence(record.sequence_number.clone());
+        if dispatcher.push(record, covers).is_err() {
             return None;
         }
     }
     while let Ok(true) = dispatcher.step().await {}
-    dispatcher.watermark().map(str::to_string)
+    dispatcher.watermark().map(Checkpoint::to_string)
 }
 
 fn main() {

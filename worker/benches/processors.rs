@@ -24,6 +24,8 @@ fn record(n: usize) -> Record {
         partition_key: format!("key-{}", n % 100),
         data: Bytes::from(vec![b'x'; 100]),
         arrival_ms: None,
+        explicit_hash_key: None,
+        sub_sequence_number: None,
     }
 }
 

@@ -142,6 +142,46 @@ fn worker_run(stream: &str, total: usize, owner: &str) -> (Duration, Duration) {
     (last.duration_since(first), first.duration_since(spawned))
 }
 
+/// 100k user records of 100 B (1000 keys) on a 4-shard stream: as plain records on one stream and
+/// packed 100 per KPL aggregate on another; the worker reads both, interleaved, best of 2 rounds each.
+/// Returns the user records/s of (plain, aggregated).
+async fn kpl_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
+    let total = 100_000;
+    let users: Vec<(String, Vec<u8>)> = records(1000, 0, (total / 1000) as u64)
+        .into_iter()
+        .map(|(k, d)| {
+            let mut data = d;
+            data.resize(100, b'x');
+            (k, data)
+        })
+        .collect();
+    let plain = leasehold_testkit::create_stream(kinesis, "bench-kpl-plain", 4).await;
+    put_records(kinesis, &plain, &users).await;
+    // As aws-kinesis-agg does: each aggregate under its first user record's key.
+    let aggregates: Vec<(String, Vec<u8>)> = users
+        .chunks(100)
+        .map(|chunk| {
+            let packed = leasehold_worker::kpl::aggregate(chunk.iter().map(|(k, d)| (k.as_str(), None, d.as_slice())));
+            (chunk[0].0.clone(), packed.to_vec())
+        })
+        .collect();
+    let aggregated = leasehold_testkit::create_stream(kinesis, "bench-kpl-agg", 4).await;
+    // 100 aggregates (about 1.2 MB) per PutRecords call: 500 would pass its 5 MB limit.
+    for chunk in aggregates.chunks(100) {
+        put_records(kinesis, &aggregated, chunk).await;
+    }
+    let rate = |d: Duration| total as f64 / d.as_secs_f64();
+    let (mut best_plain, mut best_aggregated) = (0.0f64, 0.0f64);
+    for round in 0..2 {
+        let plain_rate = rate(worker_run(&plain, total, &format!("kpl-plain-{round}")).0);
+        let aggregated_rate = rate(worker_run(&aggregated, total, &format!("kpl-agg-{round}")).0);
+        eprintln!("kpl round {round}: plain {plain_rate:.0}/s, aggregated {aggregated_rate:.0}/s");
+        best_plain = best_plain.max(plain_rate);
+        best_aggregated = best_aggregated.max(aggregated_rate);
+    }
+    (best_plain, best_aggregated)
+}
+
 async fn dynamodb_requests(shards: i32, seconds: u64, traffic: bool) -> (f64, String) {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "bench-cost", shards).await;
@@ -234,6 +274,15 @@ async fn main() {
              interleaved rounds; worker start-up to first record {})",
             best_ours / best_sdk,
             stats(startup)
+        );
+    }
+    if run("kpl") {
+        let (plain, aggregated) = kpl_rates(&kinesis).await;
+        println!(
+            "- user records/s over 4 shards, 100k user records of 100 B: in KPL aggregates of 100 {aggregated:.0}/s, \
+             the same records unaggregated {plain:.0}/s, ratio {:.2} (stdout processor, DynamoDB checkpoints, \
+             GetRecords limit 10000; best of 2 interleaved rounds)",
+            aggregated / plain
         );
     }
     if run("cost") {

@@ -43,6 +43,11 @@ pub struct Metrics {
     pub lease_table_failures: Counter,
     /// Milliseconds behind the stream's tip at the last GetRecords, per shard.
     pub millis_behind_latest: Family<Labels, Gauge>,
+    /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
+    pub records_not_deaggregated: Counter,
+    /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
+    /// record hashing outside the shard, which the KPL puts again to the right shard).
+    pub user_records_skipped: Family<Labels, Counter>,
     /// True while the coordinator runs (served as `/readyz`).
     ready: AtomicBool,
 }
@@ -61,6 +66,8 @@ impl Default for Metrics {
             checkpoints_written: Counter::default(),
             lease_table_failures: Counter::default(),
             millis_behind_latest: Family::default(),
+            records_not_deaggregated: Counter::default(),
+            user_records_skipped: Family::default(),
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
@@ -87,6 +94,16 @@ impl Default for Metrics {
             "Milliseconds behind the tip at the last GetRecords, per shard",
             metrics.millis_behind_latest.clone(),
         );
+        registry.register(
+            "records_not_deaggregated",
+            "Records with the KPL magic bytes that are not readable aggregates, delivered whole",
+            metrics.records_not_deaggregated.clone(),
+        );
+        registry.register(
+            "user_records_skipped",
+            "User records of KPL aggregates not delivered, by reason (outside_shard)",
+            metrics.user_records_skipped.clone(),
+        );
         metrics
     }
 }
@@ -100,6 +117,11 @@ impl Metrics {
     /// How many records `policy` was applied to so far.
     pub fn exhausted_count(&self, policy: &'static str) -> u64 {
         self.records_exhausted.get_or_create(&label("policy", policy)).get()
+    }
+
+    /// Counts `count` user records skipped for `reason`.
+    pub fn skipped_user_records(&self, reason: &'static str, count: u64) {
+        self.user_records_skipped.get_or_create(&label("reason", reason)).inc_by(count);
     }
 
     /// Sets how far behind the tip `shard` was at its last read.
@@ -150,7 +172,11 @@ mod tests {
         metrics.records_processed.inc_by(3);
         metrics.exhausted("skip");
         metrics.behind("orders:shardId-0", 42);
+        metrics.records_not_deaggregated.inc();
+        metrics.skipped_user_records("outside_shard", 4);
         let text = metrics.encode();
+        assert!(text.contains("leasehold_records_not_deaggregated_total 1"), "{text}");
+        assert!(text.contains("leasehold_user_records_skipped_total{reason=\"outside_shard\"} 4"), "{text}");
         assert!(text.contains("leasehold_records_processed_total 3"), "{text}");
         assert!(text.contains("leasehold_records_exhausted_total{policy=\"skip\"} 1"), "{text}");
         assert!(text.contains("leasehold_millis_behind_latest{shard=\"orders:shardId-0\"} 42"), "{text}");

@@ -52,6 +52,8 @@ fn record(data: &'static str) -> Record {
         partition_key: "customer 7/é".into(),
         data: bytes::Bytes::from_static(data.as_bytes()),
         arrival_ms: Some(1_700_000_000_123),
+        explicit_hash_key: None,
+        sub_sequence_number: None,
     }
 }
 
@@ -260,6 +262,8 @@ fn numbered(n: usize) -> Record {
         partition_key: format!("key-{}", n % 16),
         data: bytes::Bytes::from(format!("record {n}")),
         arrival_ms: Some(1_700_000_000_000),
+        explicit_hash_key: None,
+        sub_sequence_number: None,
     }
 }
 

@@ -316,6 +316,36 @@ async fn every_checkpoint_form_is_stored<H: Harness>(h: &H) {
     }
 }
 
+async fn sub_sequence_checkpoints_round_trip_and_clear<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let k = key(0);
+    let mut held = a.acquire(&created(&*a, &k).await).await.unwrap();
+    let inside = |sub_sequence| Checkpoint::SubSequence { sequence: "4959033827149025660855".into(), sub_sequence };
+    // Inside an aggregate, then the whole aggregate done: the sub-sequence attribute goes away.
+    for checkpoint in [inside(0), inside(499), Checkpoint::Sequence("4959033827149025660855".into()), inside(3)] {
+        held = a.checkpoint(&held, &checkpoint).await.unwrap();
+        assert_eq!(held.checkpoint, checkpoint, "the row as written");
+        assert_eq!(read(&*b, &k).await.checkpoint, checkpoint, "the row as another worker reads it");
+    }
+    // Final checkpoints of a release and a handover carry the sub-sequence too, or clear it.
+    let free = a.release(&held, Some(&inside(7))).await.unwrap();
+    assert_eq!(read(&*b, &k).await.checkpoint, inside(7));
+    let taken = b.acquire(&read(&*b, &k).await).await.unwrap();
+    assert_eq!(taken.checkpoint, free.checkpoint);
+    let handed = b.release_to(&taken, "a", Some(&Checkpoint::ShardEnd)).await.unwrap();
+    assert_eq!(read(&*a, &k).await.checkpoint, Checkpoint::ShardEnd);
+    assert_eq!(handed.checkpoint, Checkpoint::ShardEnd);
+    // A sub-sequence beside a checkpoint that is not a sequence number is a malformed row.
+    h.put_raw(raw(&[
+        ("lease_key", AttrValue::S(key(1).to_string())),
+        ("lease_counter", AttrValue::N("1".into())),
+        ("checkpoint", AttrValue::S("TRIM_HORIZON".into())),
+        ("checkpoint_subsequence", AttrValue::N("2".into())),
+    ]))
+    .await;
+    assert!(matches!(a.get(&key(1)).await, Err(LeaseError::Malformed { .. })), "TRIM_HORIZON with a sub-sequence");
+}
+
 async fn keys_keep_two_streams_apart<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let orders = LeaseKey::new("orders", "shardId-000000000000");
@@ -510,6 +540,7 @@ macro_rules! suite {
                     counters_strictly_increase_with_every_write,
                     release_frees_the_row_and_keeps_the_checkpoint,
                     every_checkpoint_form_is_stored,
+                    sub_sequence_checkpoints_round_trip_and_clear,
                     keys_keep_two_streams_apart,
                     listing_pages_through_every_row,
                     malformed_rows_are_reported_with_their_key_and_skipped,

@@ -25,6 +25,7 @@ use futures::stream::FuturesUnordered;
 use leasehold_crds::{Ordering, ResolvedSpec};
 use tokio_util::sync::CancellationToken;
 
+use crate::lease::Checkpoint;
 use crate::processor::{Record, ShardProcessor};
 pub use requeue::{History, open as open_requeued, wrap as wrap_requeued};
 pub use retry::{Outcome, Publisher, RetryPolicy, Runner};
@@ -78,13 +79,14 @@ struct Admitted {
     ordinal: u64,
     key: u64,
     record: Record,
+    covers: Checkpoint,
 }
 
 struct Finished {
     ordinal: u64,
     key: u64,
     outcome: Outcome,
-    sequence: String,
+    covers: Checkpoint,
 }
 
 /// Runs one shard's records under its ordering, concurrency and window.
@@ -171,11 +173,11 @@ impl Dispatcher {
     }
 
     /// Admits the next record of the shard (call only when [`has_room`](Self::has_room)) and starts
-    /// what may start.
-    pub fn push(&mut self, record: Record) -> Result<(), Halted> {
+    /// what may start. `covers` is the checkpoint once it and every record before it are done.
+    pub fn push(&mut self, record: Record, covers: Checkpoint) -> Result<(), Halted> {
         let ordinal = self.marks.admit();
         let key = if self.by_key { self.hasher.hash_one(record.partition_key.as_str()) } else { 0 };
-        let admitted = Admitted { ordinal, key, record };
+        let admitted = Admitted { ordinal, key, record, covers };
         if self.by_key {
             match self.waiting.entry(key) {
                 Entry::Occupied(mut busy) => {
@@ -200,20 +202,20 @@ impl Dispatcher {
         }
     }
 
-    /// The last record of the done prefix.
-    pub fn watermark(&self) -> Option<&str> {
+    /// The checkpoint of the done prefix.
+    pub fn watermark(&self) -> Option<&Checkpoint> {
         self.marks.last()
     }
 
     /// The watermark if it moved since the previous call.
-    pub fn take_advanced(&mut self) -> Option<&str> {
+    pub fn take_advanced(&mut self) -> Option<&Checkpoint> {
         self.marks.take_advanced()
     }
 
     fn finished(&mut self, done: Finished) -> Result<(), Halted> {
         let is_done = done.outcome.is_done();
         if is_done {
-            self.marks.complete(done.ordinal, done.sequence);
+            self.marks.complete(done.ordinal, done.covers);
         }
         if self.by_key {
             if !is_done {
@@ -257,7 +259,7 @@ impl Dispatcher {
             let stop = self.stop.clone();
             self.in_flight.push(Box::pin(async move {
                 let outcome = runner.run(processor.as_ref(), &next.record, &stop).await;
-                Finished { ordinal: next.ordinal, key: next.key, outcome, sequence: next.record.sequence_number }
+                Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers }
             }));
         }
         Ok(())

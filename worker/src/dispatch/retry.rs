@@ -90,7 +90,12 @@ struct DeadLetter<'a> {
     stream: &'a str,
     shard_id: &'a str,
     sequence_number: &'a str,
+    /// A user record's position in its KPL aggregate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sub_sequence_number: Option<u32>,
     partition_key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explicit_hash_key: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     arrival_ms: Option<i64>,
     /// The original payload, base64.
@@ -276,7 +281,9 @@ impl Runner {
                     stream: &record.stream,
                     shard_id: &record.shard_id,
                     sequence_number: &record.sequence_number,
+                    sub_sequence_number: record.sub_sequence_number,
                     partition_key: &record.partition_key,
+                    explicit_hash_key: record.explicit_hash_key.as_deref(),
                     arrival_ms: record.arrival_ms,
                     data: base64::engine::general_purpose::STANDARD.encode(&record.data),
                     attempts: history.attempts,
@@ -369,6 +376,8 @@ mod tests {
             partition_key: "k".into(),
             data,
             arrival_ms: Some(7),
+            explicit_hash_key: None,
+            sub_sequence_number: None,
         }
     }
 

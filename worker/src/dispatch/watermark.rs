@@ -1,17 +1,21 @@
 //! The checkpoint watermark: the last record of the longest prefix of a shard in which every record
-//! is done, however out of order they finished.
+//! is done, however out of order they finished. Each record carries the checkpoint that covers it:
+//! its sequence number, or inside a KPL aggregate its (sequence, sub-sequence), the aggregate's last
+//! user record carrying the plain sequence number.
 
 use std::collections::VecDeque;
+
+use crate::lease::Checkpoint;
 
 /// Records admitted in shard order, each done or not; the watermark is the end of the done prefix.
 #[derive(Debug, Default)]
 pub struct Watermark {
     /// Ordinal of the first slot.
     base: u64,
-    /// One slot per admitted record not yet behind the watermark: its sequence number once done.
-    slots: VecDeque<Option<String>>,
-    /// Sequence number of the last record of the done prefix.
-    last: Option<String>,
+    /// One slot per admitted record not yet behind the watermark: its checkpoint once done.
+    slots: VecDeque<Option<Checkpoint>>,
+    /// Checkpoint of the last record of the done prefix.
+    last: Option<Checkpoint>,
     /// True when `last` moved since the last [`take_advanced`](Self::take_advanced).
     advanced: bool,
     /// The highest ordinal done, in the prefix or beyond it.
@@ -27,10 +31,10 @@ impl Watermark {
     }
 
     /// Marks record `ordinal` done; the watermark moves over every done record at the front.
-    pub fn complete(&mut self, ordinal: u64, sequence: String) {
+    pub fn complete(&mut self, ordinal: u64, covers: Checkpoint) {
         let Some(index) = ordinal.checked_sub(self.base).and_then(|i| usize::try_from(i).ok()) else { return };
         if let Some(slot) = self.slots.get_mut(index) {
-            *slot = Some(sequence);
+            *slot = Some(covers);
             self.highest = self.highest.max(Some(ordinal));
         }
         while let Some(Some(_)) = self.slots.front() {
@@ -51,13 +55,13 @@ impl Watermark {
     }
 
     /// The last record of the done prefix, if any record is done.
-    pub fn last(&self) -> Option<&str> {
-        self.last.as_deref()
+    pub fn last(&self) -> Option<&Checkpoint> {
+        self.last.as_ref()
     }
 
     /// The watermark if it moved since the previous call.
-    pub fn take_advanced(&mut self) -> Option<&str> {
-        if std::mem::take(&mut self.advanced) { self.last.as_deref() } else { None }
+    pub fn take_advanced(&mut self) -> Option<&Checkpoint> {
+        if std::mem::take(&mut self.advanced) { self.last.as_ref() } else { None }
     }
 }
 
@@ -65,23 +69,40 @@ impl Watermark {
 mod tests {
     use super::*;
 
+    fn seq(text: &str) -> Checkpoint {
+        Checkpoint::Sequence(text.into())
+    }
+
+    #[test]
+    fn inside_an_aggregate_the_mark_is_the_sub_sequence_until_its_last_user_record() {
+        let mut marks = Watermark::default();
+        let ordinals: Vec<u64> = (0..3).map(|_| marks.admit()).collect();
+        let sub = |n| Checkpoint::SubSequence { sequence: "9".into(), sub_sequence: n };
+        marks.complete(ordinals[0], sub(0));
+        assert_eq!(marks.last(), Some(&sub(0)));
+        marks.complete(ordinals[2], seq("9"));
+        assert_eq!(marks.last(), Some(&sub(0)), "user record 1 is still running");
+        marks.complete(ordinals[1], sub(1));
+        assert_eq!(marks.last(), Some(&seq("9")), "the whole aggregate done: its plain sequence number");
+    }
+
     #[test]
     fn moves_only_over_a_fully_done_prefix() {
         let mut marks = Watermark::default();
         let ordinals: Vec<u64> = (0..5).map(|_| marks.admit()).collect();
         assert_eq!(ordinals, vec![0, 1, 2, 3, 4]);
-        marks.complete(2, "s2".into());
-        marks.complete(1, "s1".into());
+        marks.complete(2, seq("s2"));
+        marks.complete(1, seq("s1"));
         assert_eq!(marks.last(), None, "record 0 is not done: nothing may be checkpointed");
         assert_eq!(marks.take_advanced(), None);
-        marks.complete(0, "s0".into());
-        assert_eq!(marks.take_advanced(), Some("s2"), "0, 1, 2 done");
+        marks.complete(0, seq("s0"));
+        assert_eq!(marks.take_advanced(), Some(&seq("s2")), "0, 1, 2 done");
         assert_eq!(marks.take_advanced(), None, "reported once");
         assert_eq!(marks.pending(), 2);
-        marks.complete(4, "s4".into());
-        assert_eq!(marks.last(), Some("s2"), "3 still running");
-        marks.complete(3, "s3".into());
-        assert_eq!(marks.last(), Some("s4"));
+        marks.complete(4, seq("s4"));
+        assert_eq!(marks.last(), Some(&seq("s2")), "3 still running");
+        marks.complete(3, seq("s3"));
+        assert_eq!(marks.last(), Some(&seq("s4")));
         assert_eq!(marks.pending(), 0);
         assert_eq!(marks.admit(), 5, "ordinals keep counting");
     }
@@ -96,11 +117,11 @@ mod tests {
             order.shuffle(&mut rng);
             let mut done = [false; 64];
             for ordinal in order {
-                marks.complete(ordinal, format!("{ordinal:03}"));
+                marks.complete(ordinal, seq(&format!("{ordinal:03}")));
                 done[ordinal as usize] = true;
                 let prefix = done.iter().take_while(|d| **d).count();
-                let expected = prefix.checked_sub(1).map(|last| format!("{last:03}"));
-                assert_eq!(marks.last(), expected.as_deref());
+                let expected = prefix.checked_sub(1).map(|last| seq(&format!("{last:03}")));
+                assert_eq!(marks.last(), expected.as_ref());
             }
         }
     }

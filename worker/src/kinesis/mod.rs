@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use crate::aws::Fault;
 use crate::dispatch::Publisher;
+use crate::kpl::HashKeyRange;
 use crate::processor::Record;
 
 /// Result of a Kinesis call.
@@ -95,6 +96,8 @@ pub struct ShardInfo {
 pub enum StartAt {
     /// Just after this sequence number.
     AfterSequence(String),
+    /// At this sequence number (to resume inside a KPL aggregate).
+    AtSequence(String),
     /// The oldest retained record.
     TrimHorizon,
     /// Records written from now on.
@@ -191,6 +194,30 @@ impl Kinesis {
         }
     }
 
+    /// The hash key range of one shard, as ListShards reports it; `None` when the shard is not listed.
+    pub async fn hash_key_range(&self, stream: &str, shard_id: &str) -> Result<Option<HashKeyRange>> {
+        let mut token: Option<String> = None;
+        loop {
+            let request = match &token {
+                Some(token) => self.client.list_shards().next_token(token),
+                None => self.client.list_shards().stream_name(stream),
+            };
+            let out = request.send().await.map_err(|e| KinesisError::from_sdk(e, stream))?;
+            if let Some(shard) = out.shards.unwrap_or_default().into_iter().find(|s| s.shard_id == shard_id) {
+                let range = shard.hash_key_range.and_then(|r| {
+                    HashKeyRange::parse(&r.starting_hash_key, &r.ending_hash_key)
+                        .inspect_err(|e| tracing::warn!(stream, shard_id, error = %e, "unreadable hash key range"))
+                        .ok()
+                });
+                return Ok(range);
+            }
+            match out.next_token {
+                Some(next) if !next.is_empty() => token = Some(next),
+                _ => return Ok(None),
+            }
+        }
+    }
+
     /// A shard iterator starting at `start`.
     pub async fn iterator(&self, stream: &str, shard_id: &str, start: &StartAt) -> Result<Option<String>> {
         let (name, arn) = self.address(stream);
@@ -198,6 +225,9 @@ impl Kinesis {
         let request = match start {
             StartAt::AfterSequence(sequence) => {
                 request.shard_iterator_type(ShardIteratorType::AfterSequenceNumber).starting_sequence_number(sequence)
+            }
+            StartAt::AtSequence(sequence) => {
+                request.shard_iterator_type(ShardIteratorType::AtSequenceNumber).starting_sequence_number(sequence)
             }
             StartAt::TrimHorizon => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
             StartAt::Latest => request.shard_iterator_type(ShardIteratorType::Latest),
@@ -236,6 +266,8 @@ impl Kinesis {
                 partition_key: r.partition_key,
                 data: Bytes::from(r.data.into_inner()),
                 arrival_ms: r.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()),
+                explicit_hash_key: None,
+                sub_sequence_number: None,
             })
             .collect();
         Ok(Batch { records, next_iterator: out.next_shard_iterator, millis_behind: out.millis_behind_latest })

@@ -169,6 +169,36 @@ fn table_entry(table: &[String], index: u64) -> Option<&String> {
     usize::try_from(index).ok().and_then(|i| table.get(i))
 }
 
+/// Packs user records (partition key, explicit hash key, data) into one aggregated record's payload,
+/// with one key-table entry per distinct key: for tests and benchmarks (producers use the KPL or
+/// `aws-kinesis-agg`).
+pub fn aggregate<'a>(records: impl IntoIterator<Item = (&'a str, Option<&'a str>, &'a [u8])>) -> Bytes {
+    fn index(table: &mut Vec<String>, key: &str) -> u64 {
+        let at = table.iter().position(|k| k == key).unwrap_or_else(|| {
+            table.push(key.to_string());
+            table.len() - 1
+        });
+        at as u64
+    }
+    let mut message = wire::AggregatedRecord::default();
+    for (partition_key, explicit_hash_key, data) in records {
+        let partition_key_index = Some(index(&mut message.partition_key_table, partition_key));
+        let explicit_hash_key_index = explicit_hash_key.map(|k| index(&mut message.explicit_hash_key_table, k));
+        message.records.push(wire::Record {
+            partition_key_index,
+            explicit_hash_key_index,
+            data: Some(Bytes::copy_from_slice(data)),
+            tags: Vec::new(),
+        });
+    }
+    let body = message.encode_to_vec();
+    let mut out = Vec::with_capacity(MAGIC.len() + body.len() + DIGEST_LEN);
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&body);
+    out.extend_from_slice(&Md5::digest(&body));
+    Bytes::from(out)
+}
+
 /// The hash key Kinesis gives a partition key: its MD5 read as a big-endian 128-bit number.
 pub fn partition_key_hash(partition_key: &str) -> u128 {
     u128::from_be_bytes(Md5::digest(partition_key.as_bytes()).into())

@@ -348,3 +348,14 @@ fn library_aggregates_are_recognised_by_producer() {
     assert_eq!(outer_key, "alpha");
     assert_eq!(producer(outer_key, &records), Producer::Other);
 }
+
+#[test]
+fn our_aggregates_decode_to_what_was_packed() {
+    let packed = aggregate([("a", None, &b"1"[..]), ("b", Some("42"), &b"22"[..]), ("a", None, &b""[..])]);
+    let Deaggregated::Aggregate(records) = deaggregate(&packed) else { panic!("not an aggregate") };
+    let got: Vec<_> = records
+        .iter()
+        .map(|r| (r.partition_key.as_str(), r.explicit_hash_key.as_deref(), &r.data[..], r.sub_sequence))
+        .collect();
+    assert_eq!(got, vec![("a", None, &b"1"[..], 0), ("b", Some("42"), &b"22"[..], 1), ("a", None, &b""[..], 2)]);
+}

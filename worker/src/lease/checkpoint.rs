@@ -1,4 +1,5 @@
-//! Where a shard's processing has got to, as stored in the `checkpoint` attribute.
+//! Where a shard's processing has got to, as stored in the `checkpoint` attribute (and, inside a KPL
+//! aggregate, the `checkpoint_subsequence` attribute).
 
 use std::fmt;
 use std::str::FromStr;
@@ -14,6 +15,15 @@ pub enum Checkpoint {
     AtTimestamp(i64),
     /// Every record up to and including this sequence number is processed.
     Sequence(String),
+    /// Inside a KPL aggregate: every record before the Kinesis record `sequence`, and its user records
+    /// up to and including `sub_sequence`, are processed; the rest of that aggregate is not. Stored as
+    /// `checkpoint` = `sequence` and `checkpoint_subsequence` = `sub_sequence`.
+    SubSequence {
+        /// The Kinesis sequence number of the aggregate.
+        sequence: String,
+        /// The last user record of it that is done (its position, 0..n-1).
+        sub_sequence: u32,
+    },
     /// The shard is closed and every record in it is processed (`SHARD_END`).
     ShardEnd,
 }
@@ -22,6 +32,34 @@ impl Checkpoint {
     /// True once the shard has been read to its end.
     pub fn is_shard_end(&self) -> bool {
         matches!(self, Checkpoint::ShardEnd)
+    }
+
+    /// The text of the `checkpoint` attribute: everything but the sub-sequence.
+    pub fn attribute(&self) -> String {
+        match self {
+            Checkpoint::SubSequence { sequence, .. } => sequence.clone(),
+            other => other.to_string(),
+        }
+    }
+
+    /// The `checkpoint_subsequence` attribute: set only inside an aggregate.
+    pub fn sub_sequence(&self) -> Option<u32> {
+        match self {
+            Checkpoint::SubSequence { sub_sequence, .. } => Some(*sub_sequence),
+            _ => None,
+        }
+    }
+
+    /// The checkpoint stored as `checkpoint` = `text` and `checkpoint_subsequence` = `sub_sequence`; a
+    /// sub-sequence is only valid with a sequence number.
+    pub fn from_attributes(text: &str, sub_sequence: Option<u32>) -> Result<Self, InvalidCheckpoint> {
+        match (text.parse::<Checkpoint>()?, sub_sequence) {
+            (checkpoint, None) => Ok(checkpoint),
+            (Checkpoint::Sequence(sequence), Some(sub_sequence)) => {
+                Ok(Checkpoint::SubSequence { sequence, sub_sequence })
+            }
+            (_, Some(sub_sequence)) => Err(InvalidCheckpoint(format!("{text} with sub-sequence {sub_sequence}"))),
+        }
     }
 }
 
@@ -32,6 +70,8 @@ impl fmt::Display for Checkpoint {
             Checkpoint::Latest => f.write_str("LATEST"),
             Checkpoint::AtTimestamp(ms) => write!(f, "AT_TIMESTAMP:{ms}"),
             Checkpoint::Sequence(sequence) => f.write_str(sequence),
+            // For logs only: the row keeps the two parts in two attributes.
+            Checkpoint::SubSequence { sequence, sub_sequence } => write!(f, "{sequence}/{sub_sequence}"),
             Checkpoint::ShardEnd => f.write_str("SHARD_END"),
         }
     }
@@ -77,6 +117,16 @@ mod tests {
         ] {
             assert_eq!(checkpoint.to_string().parse::<Checkpoint>(), Ok(checkpoint));
         }
+    }
+
+    #[test]
+    fn sub_sequences_round_trip_through_their_two_attributes() {
+        let inside = Checkpoint::SubSequence { sequence: "4959".into(), sub_sequence: 7 };
+        assert_eq!((inside.attribute(), inside.sub_sequence()), ("4959".to_string(), Some(7)));
+        assert_eq!(Checkpoint::from_attributes("4959", Some(7)), Ok(inside));
+        assert_eq!(Checkpoint::from_attributes("4959", None), Ok(Checkpoint::Sequence("4959".into())));
+        assert_eq!(Checkpoint::ShardEnd.sub_sequence(), None);
+        assert!(Checkpoint::from_attributes("SHARD_END", Some(1)).is_err(), "a sub-sequence needs a sequence");
     }
 
     #[test]

@@ -12,7 +12,7 @@ use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
     AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, decode_row, encode_new, member_key,
-    member_row_key, raw_key,
+    member_row_key, put_checkpoint, raw_key,
 };
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
@@ -166,7 +166,7 @@ impl LeaseStore for MemoryLeaseStore {
     async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
         ensure_holder(held, &self.settings)?;
         let result = self.update_if(&held.key, "checkpoint", held.counter, Some(&self.settings.owner), |row| {
-            row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
+            put_checkpoint(row, checkpoint);
         });
         self.after_write(&held.key, result)
     }
@@ -178,7 +178,7 @@ impl LeaseStore for MemoryLeaseStore {
             row.remove(attr::LEASE_EXPIRY);
             row.remove(attr::HANDOFF_TO);
             if let Some(checkpoint) = final_checkpoint {
-                row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
+                put_checkpoint(row, checkpoint);
             }
         });
         self.after_write(&held.key, result)
@@ -192,7 +192,7 @@ impl LeaseStore for MemoryLeaseStore {
             row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
             row.remove(attr::HANDOFF_TO);
             if let Some(checkpoint) = final_checkpoint {
-                row.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.to_string()));
+                put_checkpoint(row, checkpoint);
             }
         });
         self.after_write(&held.key, result)

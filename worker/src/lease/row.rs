@@ -21,6 +21,9 @@ pub mod attr {
     pub const LEASE_COUNTER: &str = "lease_counter";
     /// Last position fully processed (S), see [`Checkpoint`](super::Checkpoint).
     pub const CHECKPOINT: &str = "checkpoint";
+    /// With a sequence-number `checkpoint`, inside a KPL aggregate: the last user record of that Kinesis
+    /// record that is done (N, 0..n-1). Absent: the whole Kinesis record is done.
+    pub const CHECKPOINT_SUBSEQUENCE: &str = "checkpoint_subsequence";
     /// Shard ids of the shard's parents (SS), absent for a shard without parents. A child is read only
     /// after every parent has checkpoint `SHARD_END`.
     pub const PARENT_SHARD_IDS: &str = "parent_shard_ids";
@@ -142,11 +145,10 @@ pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
     let counter = number(attrs, attr::LEASE_COUNTER)
         .map_err(malformed)?
         .ok_or_else(|| malformed("lease_counter is missing".into()))?;
-    let checkpoint = string(attrs, attr::CHECKPOINT)
-        .map_err(malformed)?
-        .ok_or_else(|| malformed("checkpoint is missing".into()))?
-        .parse::<Checkpoint>()
-        .map_err(|e| malformed(e.to_string()))?;
+    let sub_sequence = number(attrs, attr::CHECKPOINT_SUBSEQUENCE).map_err(malformed)?;
+    let checkpoint =
+        string(attrs, attr::CHECKPOINT).map_err(malformed)?.ok_or_else(|| malformed("checkpoint is missing".into()))?;
+    let checkpoint = Checkpoint::from_attributes(&checkpoint, sub_sequence).map_err(|e| malformed(e.to_string()))?;
     let parent_shard_ids = match attrs.get(attr::PARENT_SHARD_IDS) {
         None => Vec::new(),
         Some(AttrValue::Ss(ids)) => ids.clone(),
@@ -208,12 +210,21 @@ pub fn member_key(owner: &str) -> LeaseKey {
     LeaseKey::new(MEMBER_PREFIX.trim_end_matches(':'), owner)
 }
 
+/// Writes `checkpoint` into a row: its `checkpoint` attribute, and its sub-sequence or none.
+pub fn put_checkpoint(attrs: &mut Attributes, checkpoint: &Checkpoint) {
+    attrs.insert(attr::CHECKPOINT.into(), AttrValue::S(checkpoint.attribute()));
+    match checkpoint.sub_sequence() {
+        Some(sub_sequence) => attrs.insert(attr::CHECKPOINT_SUBSEQUENCE.into(), AttrValue::N(sub_sequence.to_string())),
+        None => attrs.remove(attr::CHECKPOINT_SUBSEQUENCE),
+    };
+}
+
 /// The attributes of a freshly created row (counter 0, no owner).
 pub fn encode_new(lease: &NewLease) -> Attributes {
     let mut attrs = Attributes::new();
     attrs.insert(attr::LEASE_KEY.into(), AttrValue::S(lease.key.to_string()));
     attrs.insert(attr::LEASE_COUNTER.into(), AttrValue::N("0".into()));
-    attrs.insert(attr::CHECKPOINT.into(), AttrValue::S(lease.checkpoint.to_string()));
+    put_checkpoint(&mut attrs, &lease.checkpoint);
     if !lease.parent_shard_ids.is_empty() {
         attrs.insert(attr::PARENT_SHARD_IDS.into(), AttrValue::Ss(lease.parent_shard_ids.clone()));
     }
@@ -239,6 +250,25 @@ mod tests {
         assert_eq!(lease.key, new.key);
         assert_eq!((lease.owner, lease.expiry_ms, lease.counter), (None, None, 0));
         assert_eq!(lease.parent_shard_ids, new.parent_shard_ids);
+    }
+
+    #[test]
+    fn a_sub_sequence_is_its_own_attribute_and_needs_a_sequence() {
+        let mut attrs = encode_new(&NewLease {
+            key: LeaseKey::new("s", "shardId-000000000000"),
+            checkpoint: Checkpoint::TrimHorizon,
+            parent_shard_ids: vec![],
+        });
+        let inside = Checkpoint::SubSequence { sequence: "123".into(), sub_sequence: 41 };
+        put_checkpoint(&mut attrs, &inside);
+        assert_eq!(attrs.get(attr::CHECKPOINT), Some(&AttrValue::S("123".into())));
+        assert_eq!(attrs.get(attr::CHECKPOINT_SUBSEQUENCE), Some(&AttrValue::N("41".into())));
+        assert_eq!(decode(&attrs).map(|l| l.checkpoint), Ok(inside));
+        put_checkpoint(&mut attrs, &Checkpoint::Sequence("124".into()));
+        assert_eq!(attrs.get(attr::CHECKPOINT_SUBSEQUENCE), None, "a whole record done clears it");
+        attrs.insert(attr::CHECKPOINT.into(), AttrValue::S("SHARD_END".into()));
+        attrs.insert(attr::CHECKPOINT_SUBSEQUENCE.into(), AttrValue::N("3".into()));
+        assert!(decode(&attrs).is_err(), "SHARD_END with a sub-sequence is malformed");
     }
 
     #[test]

@@ -164,9 +164,13 @@ impl HttpProcessor {
     }
 }
 
-/// The CloudEvents id of `record`: `<shardId>-<sequenceNumber>`, unique within its stream.
+/// The CloudEvents id of `record`, unique within its stream: `<shardId>-<sequenceNumber>`, and
+/// `-<subSequenceNumber>` after it for a user record of a KPL aggregate (they share the sequence number).
 fn event_id(record: &Record) -> String {
-    format!("{}-{}", record.shard_id, record.sequence_number)
+    match record.sub_sequence_number {
+        Some(sub) => format!("{}-{}-{sub}", record.shard_id, record.sequence_number),
+        None => format!("{}-{}", record.shard_id, record.sequence_number),
+    }
 }
 
 /// The CloudEvents source of `record`: `kinesis:<stream>`.
@@ -175,15 +179,20 @@ fn event_source(record: &Record) -> String {
 }
 
 /// The attributes that vary per record, as binary-mode header names; structured mode (batches) uses
-/// the same names without `ce-`, so both modes carry the same metadata.
-fn attributes(record: &Record) -> [(&'static str, String); 5] {
-    [
+/// the same names without `ce-`, so both modes carry the same metadata. `ce-subsequencenumber` only
+/// for a user record of a KPL aggregate.
+fn attributes(record: &Record) -> Vec<(&'static str, String)> {
+    let mut attributes = vec![
         ("ce-id", event_id(record)),
         ("ce-source", event_source(record)),
         ("ce-partitionkey", record.partition_key.clone()),
         ("ce-shardid", record.shard_id.to_string()),
         ("ce-sequencenumber", record.sequence_number.clone()),
-    ]
+    ];
+    if let Some(sub) = record.sub_sequence_number {
+        attributes.push(("ce-subsequencenumber", sub.to_string()));
+    }
+    attributes
 }
 
 /// The arrival time at Kinesis (RFC 3339, milliseconds), when known.
@@ -260,6 +269,33 @@ impl ShardProcessor for HttpProcessor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_records_carry_their_sub_sequence_in_both_modes() {
+        let mut record = Record {
+            stream: std::sync::Arc::from("orders"),
+            shard_id: std::sync::Arc::from("shardId-000000000001"),
+            sequence_number: "4959".into(),
+            partition_key: "k".into(),
+            explicit_hash_key: None,
+            data: Bytes::from_static(b"x"),
+            arrival_ms: None,
+            sub_sequence_number: None,
+        };
+        let processor = HttpProcessor::new("http://127.0.0.1:1/", Duration::from_secs(1)).unwrap();
+        let plain = processor.request(&record).unwrap();
+        assert!(plain.headers().get("ce-subsequencenumber").is_none());
+        assert_eq!(plain.headers()["ce-id"], "shardId-000000000001-4959");
+        record.sub_sequence_number = Some(3);
+        let user = processor.request(&record).unwrap();
+        assert_eq!(user.headers()["ce-subsequencenumber"], "3");
+        assert_eq!(user.headers()["ce-id"], "shardId-000000000001-4959-3", "ids stay unique per user record");
+        let event = batch::structured_event_for_tests(&record);
+        assert_eq!(
+            (event["subsequencenumber"].as_str(), event["id"].as_str()),
+            (Some("3"), Some("shardId-000000000001-4959-3"))
+        );
+    }
 
     #[test]
     fn header_values_are_percent_encoded() {

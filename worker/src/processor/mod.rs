@@ -18,7 +18,7 @@ pub use multilang::MultilangProcessor;
 pub use output::{Output, Outputs};
 pub use stdout::StdoutProcessor;
 
-/// One Kinesis record as handed to a processor.
+/// One record as handed to a processor: a Kinesis record, or one user record of a KPL aggregate.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// The stream it was read from.
@@ -27,12 +27,18 @@ pub struct Record {
     pub shard_id: Arc<str>,
     /// Its sequence number (unique within the shard, increasing).
     pub sequence_number: String,
-    /// Its partition key.
+    /// Its partition key (a user record's own, not the aggregate's).
     pub partition_key: String,
+    /// The explicit hash key its producer gave a user record of a KPL aggregate, if any (Kinesis does
+    /// not return one for plain records).
+    pub explicit_hash_key: Option<String>,
     /// Its payload.
     pub data: Bytes,
     /// When Kinesis accepted it (epoch ms), when known.
     pub arrival_ms: Option<i64>,
+    /// For a user record of a KPL aggregate, its position in the aggregate (0..n-1), which with
+    /// `sequence_number` identifies it; `None` for a plain record.
+    pub sub_sequence_number: Option<u32>,
 }
 
 /// A processor's failure on one record.

@@ -14,9 +14,14 @@
 //! records with `ordering: key` or `none` (distinct keys with `key`), in the order they were handed
 //! over. Batches matter for cost: each message costs the child a JSON parse and an answer, and the Java
 //! daemon sends a whole GetRecords batch per message. The child answers each message with
-//! `{"action":"status","responseFor":...}` and may send `checkpoint` requests in between, which are
-//! acknowledged (`{"action":"checkpoint",...,"error":null}`). The worker itself checkpoints every record
-//! the child has answered for, so a child that never checkpoints loses nothing either. A child that
+//! `{"action":"status","responseFor":...}` and may send `checkpoint` requests in between, with a
+//! `sequenceNumber` and, inside a KPL aggregate, a `subSequenceNumber`. Each is checked as the KCL's
+//! checkpointer checks it (a number, not before the child's previous checkpoint, not past the last
+//! record sent to it) and answered as the KCL's MultiLangDaemon answers it:
+//! `{"action":"checkpoint","sequenceNumber":...,"subSequenceNumber":...,"error":null}`, or with
+//! `"error":"IllegalArgumentException"` when refused. The worker itself checkpoints every record the
+//! child has answered for (inside an aggregate, at its sub-sequence), so a child that never
+//! checkpoints loses nothing either. A child that
 //! exits or does not answer within the timeout is killed; the records of that message are retried in a
 //! fresh child (initialized again), so nothing is lost.
 
@@ -40,6 +45,10 @@ struct Session {
     child: Child,
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
+    /// The last record sent to the child, (sequence, sub-sequence): the furthest it may checkpoint.
+    delivered: Option<(String, u64)>,
+    /// The child's last accepted checkpoint: it may not go back before it.
+    checkpointed: Option<(String, u64)>,
 }
 
 /// Makes each shard's processor: a MultiLangDaemon-protocol child per shard.
@@ -62,8 +71,8 @@ struct Shared {
 
 /// A request to a shard's session task.
 enum Command {
-    /// Start the child and send `initialize` with this `sequenceNumber`.
-    Initialize(Value),
+    /// Start the child and send `initialize` with this `sequenceNumber` and `subSequenceNumber`.
+    Initialize((Value, Value)),
     /// Process a record; the answer goes back when its message has been answered.
     Process(Record, oneshot::Sender<Result<(), ProcessError>>),
     /// Send the closing action (`shutdownRequested`, `leaseLost`, `shardEnded`), end the child, stop.
@@ -84,7 +93,11 @@ fn failed(message: impl Into<String>) -> ProcessError {
 }
 
 impl Session {
-    async fn start(shared: &Shared, key: &LeaseKey, sequence: &Value) -> Result<Self, ProcessError> {
+    async fn start(
+        shared: &Shared,
+        key: &LeaseKey,
+        (sequence, sub_sequence): &(Value, Value),
+    ) -> Result<Self, ProcessError> {
         let (program, args) =
             shared.command.split_first().ok_or_else(|| ProcessError::permanent("multilang command is empty"))?;
         let mut child = tokio::process::Command::new(program)
@@ -97,8 +110,10 @@ impl Session {
             .map_err(|e| failed(format!("cannot start {program}: {e}")))?;
         let stdin = child.stdin.take().ok_or_else(|| failed("child has no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| failed("child has no stdout"))?;
-        let mut session = Session { child, stdin, stdout: BufReader::new(stdout).lines() };
-        let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": sequence, "subSequenceNumber": null});
+        let mut session =
+            Session { child, stdin, stdout: BufReader::new(stdout).lines(), delivered: None, checkpointed: None };
+        let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": sequence,
+            "subSequenceNumber": sub_sequence});
         session.exchange(&initialize, "initialize", shared).await?;
         Ok(session)
     }
@@ -118,7 +133,8 @@ impl Session {
         self.send(message).await?;
         let answered = tokio::time::timeout(timeout, async {
             loop {
-                let Some(line) = self.stdout.next_line().await.map_err(|e| failed(format!("child stdout: {e}")))? else {
+                let Some(line) = self.stdout.next_line().await.map_err(|e| failed(format!("child stdout: {e}")))?
+                else {
                     return Err(failed("child exited"));
                 };
                 let Ok(reply) = serde_json::from_str::<Value>(&line) else {
@@ -126,12 +142,22 @@ impl Session {
                     continue;
                 };
                 match reply.get("action").and_then(Value::as_str) {
-                    Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => return Ok(()),
+                    Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => {
+                        return Ok(());
+                    }
                     Some("checkpoint") => {
                         shared.checkpoint_requests.fetch_add(1, Ordering::Relaxed);
-                        tracing::info!(sequence = ?reply.get("sequenceNumber"), "multilang child checkpoint acknowledged");
-                        let ack = json!({"action": "checkpoint", "sequenceNumber": reply.get("sequenceNumber"),
-                            "subSequenceNumber": reply.get("subSequenceNumber"), "error": null});
+                        let sequence = reply.get("sequenceNumber").cloned().unwrap_or(Value::Null);
+                        let sub_sequence = reply.get("subSequenceNumber").cloned().unwrap_or(Value::Null);
+                        let error = self.accept_checkpoint(&sequence, &sub_sequence);
+                        match error {
+                            None => tracing::info!(%sequence, %sub_sequence, "multilang child checkpoint acknowledged"),
+                            Some(error) => {
+                                tracing::warn!(%sequence, %sub_sequence, error, "multilang child checkpoint refused")
+                            }
+                        }
+                        let ack = json!({"action": "checkpoint", "sequenceNumber": sequence,
+                            "subSequenceNumber": sub_sequence, "error": error});
                         self.send(&ack).await?;
                     }
                     other => tracing::debug!(?other, "multilang message ignored"),
@@ -140,6 +166,38 @@ impl Session {
         })
         .await;
         answered.unwrap_or_else(|_| Err(failed(format!("child did not answer {response_for} within {timeout:?}"))))
+    }
+
+    /// Checks a checkpoint the child asks for as the KCL's checkpointer does; the name of the exception
+    /// the KCL would answer with when refused. With no sequence number it means "everything sent".
+    fn accept_checkpoint(&mut self, sequence: &Value, sub_sequence: &Value) -> Option<&'static str> {
+        const REFUSED: Option<&str> = Some("IllegalArgumentException");
+        let position = match (sequence, sub_sequence) {
+            // Nothing sent yet: nothing to checkpoint, and no error (`?` answers `None`).
+            (Value::Null, _) => self.delivered.clone()?,
+            (Value::String(sequence), sub) => {
+                let sub = match sub {
+                    Value::Null => 0,
+                    other => match other.as_u64() {
+                        Some(sub) => sub,
+                        None => return REFUSED,
+                    },
+                };
+                if sequence.is_empty() || !sequence.bytes().all(|b| b.is_ascii_digit()) {
+                    return REFUSED;
+                }
+                (sequence.clone(), sub)
+            }
+            _ => return REFUSED,
+        };
+        let key = position_key;
+        let past_delivered = self.delivered.as_ref().is_none_or(|d| key(&position) > key(d));
+        let before_previous = self.checkpointed.as_ref().is_some_and(|c| key(&position) < key(c));
+        if past_delivered || before_previous {
+            return REFUSED;
+        }
+        self.checkpointed = Some(position);
+        None
     }
 
     /// Closes stdin and waits briefly for the child to exit, then kills it.
@@ -179,15 +237,17 @@ impl ProcessorFactory for MultilangProcessor {
     }
 }
 
-/// The `sequenceNumber` of `initialize`: the checkpoint, as the KCL's extended sequence numbers spell it.
-fn initial_sequence(checkpoint: &Checkpoint) -> Value {
-    match checkpoint {
-        Checkpoint::Sequence(sequence) => Value::from(sequence.as_str()),
+/// The `sequenceNumber` and `subSequenceNumber` of `initialize`: the checkpoint, as the KCL's extended
+/// sequence numbers spell it.
+fn initial_sequence(checkpoint: &Checkpoint) -> (Value, Value) {
+    let sequence = match checkpoint {
+        Checkpoint::Sequence(sequence) | Checkpoint::SubSequence { sequence, .. } => Value::from(sequence.as_str()),
         Checkpoint::TrimHorizon => Value::from("TRIM_HORIZON"),
         Checkpoint::Latest => Value::from("LATEST"),
         Checkpoint::AtTimestamp(_) => Value::from("AT_TIMESTAMP"),
         Checkpoint::ShardEnd => Value::from("SHARD_END"),
-    }
+    };
+    (sequence, checkpoint.sub_sequence().map_or(Value::Null, Value::from))
 }
 
 impl MultilangShard {
@@ -204,7 +264,7 @@ impl MultilangShard {
 /// One shard's session: owns the child, sends waiting records together, restarts a failed child.
 async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::UnboundedReceiver<Command>) {
     let mut child = None;
-    let mut sequence = Value::Null;
+    let mut sequence = (Value::Null, Value::Null);
     let mut finish = None;
     while finish.is_none() {
         let Some(command) = commands.recv().await else { break };
@@ -269,11 +329,30 @@ async fn run_session(shared: Arc<Shared>, key: LeaseKey, mut commands: mpsc::Unb
     }
 }
 
+/// Orders (sequence, sub-sequence) positions: sequence numbers are decimal strings of any length.
+fn position_key((sequence, sub): &(String, u64)) -> (usize, &str, u64) {
+    let digits = sequence.trim_start_matches('0');
+    (digits.len(), digits, *sub)
+}
+
+/// One record of a `processRecords` message, as the KCL's `JsonFriendlyRecord` spells it.
+fn record_json(record: &Record) -> Value {
+    json!({
+        "action": "record",
+        "data": base64::engine::general_purpose::STANDARD.encode(&record.data),
+        "partitionKey": record.partition_key,
+        "sequenceNumber": record.sequence_number,
+        // The KCL gives plain records sub-sequence 0 too.
+        "subSequenceNumber": record.sub_sequence_number.unwrap_or(0),
+        "approximateArrivalTimestamp": record.arrival_ms.unwrap_or(0),
+    })
+}
+
 /// Sends `records` in one `processRecords` message, starting the child first if it is not running.
 async fn process_records(
     shared: &Shared,
     key: &LeaseKey,
-    sequence: &Value,
+    sequence: &(Value, Value),
     child: &mut Option<Session>,
     records: &[&Record],
 ) -> Result<(), ProcessError> {
@@ -281,19 +360,13 @@ async fn process_records(
         Some(running) => running,
         None => child.insert(Session::start(shared, key, sequence).await?),
     };
-    let records: Vec<Value> = records
-        .iter()
-        .map(|record| {
-            json!({
-                "action": "record",
-                "data": base64::engine::general_purpose::STANDARD.encode(&record.data),
-                "partitionKey": record.partition_key,
-                "sequenceNumber": record.sequence_number,
-                "subSequenceNumber": 0,
-                "approximateArrivalTimestamp": record.arrival_ms.unwrap_or(0),
-            })
-        })
-        .collect();
+    for record in records {
+        let position = (record.sequence_number.clone(), u64::from(record.sub_sequence_number.unwrap_or(0)));
+        if running.delivered.as_ref().is_none_or(|d| position_key(&position) > position_key(d)) {
+            running.delivered = Some(position);
+        }
+    }
+    let records: Vec<Value> = records.iter().map(|record| record_json(record)).collect();
     let message = json!({"action": "processRecords", "millisBehindLatest": 0, "records": records});
     running.exchange(&message, "processRecords", shared).await
 }

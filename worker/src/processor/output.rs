@@ -82,6 +82,8 @@ mod tests {
             partition_key: "customer-7".into(),
             data: Bytes::from_static(b"x"),
             arrival_ms: None,
+            explicit_hash_key: None,
+            sub_sequence_number: None,
         }
     }
 

@@ -8,7 +8,9 @@ use serde::Serialize;
 
 use super::{Outputs, ProcessError, Record, ShardProcessor};
 
-/// Prints `{"stream","shardId","sequenceNumber","partitionKey","data" (base64),"owner"}` per record.
+/// Prints `{"stream","shardId","sequenceNumber","partitionKey","data" (base64),"owner"}` per record;
+/// a user record of a KPL aggregate adds `subSequenceNumber` (and `explicitHashKey` when it has one),
+/// so plain records print exactly as before.
 #[derive(Debug, Clone)]
 pub struct StdoutProcessor {
     owner: String,
@@ -20,7 +22,11 @@ struct Line<'a> {
     stream: &'a str,
     shard_id: &'a str,
     sequence_number: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sub_sequence_number: Option<u32>,
     partition_key: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    explicit_hash_key: Option<&'a str>,
     data: String,
     owner: &'a str,
 }
@@ -37,7 +43,9 @@ impl StdoutProcessor {
             stream: &record.stream,
             shard_id: &record.shard_id,
             sequence_number: &record.sequence_number,
+            sub_sequence_number: record.sub_sequence_number,
             partition_key: &record.partition_key,
+            explicit_hash_key: record.explicit_hash_key.as_deref(),
             data: base64::engine::general_purpose::STANDARD.encode(&record.data),
             owner: &self.owner,
         };
@@ -70,6 +78,8 @@ mod tests {
             partition_key: "customer-7".into(),
             data: bytes::Bytes::from_static(b"hello"),
             arrival_ms: None,
+            explicit_hash_key: None,
+            sub_sequence_number: None,
         };
         let line = StdoutProcessor::new("w1").line(&record).unwrap();
         let value: serde_json::Value = serde_json::from_str(&line).unwrap();
@@ -78,5 +88,8 @@ mod tests {
             serde_json::json!({"stream": "orders", "shardId": "shardId-000000000001", "sequenceNumber": "4959",
                 "partitionKey": "customer-7", "data": "aGVsbG8=", "owner": "w1"})
         );
+        let user = Record { sub_sequence_number: Some(12), explicit_hash_key: Some("99".into()), ..record };
+        let value: serde_json::Value = serde_json::from_str(&StdoutProcessor::new("w1").line(&user).unwrap()).unwrap();
+        assert_eq!((value["subSequenceNumber"].as_u64(), value["explicitHashKey"].as_str()), (Some(12), Some("99")));
     }
 }

@@ -1,8 +1,10 @@
-//! Reading one shard: iterator from the checkpoint, paced GetRecords, records to the dispatcher (order,
-//! concurrency, retries), checkpoints of the completed prefix, and the shard's end.
+//! Reading one shard: iterator from the checkpoint, paced GetRecords, KPL aggregates unpacked into
+//! their user records, records to the dispatcher (order, concurrency, retries), checkpoints of the
+//! completed prefix (inside an aggregate: its sub-sequence), and the shard's end.
 
 mod lifecycle;
 mod pace;
+mod unpack;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
 use crate::processor::ShardProcessor;
 use pace::Pace;
+use unpack::Unpacker;
 
 pub use lifecycle::run_shard;
 
@@ -35,6 +38,8 @@ pub struct ReaderSettings {
     pub dispatch: DispatchSettings,
     /// Longest wait for a processor's closing hook (`lease.gracefulTimeout`).
     pub hook_timeout: Duration,
+    /// Unpack KPL aggregates into their user records (`reader.deaggregate`).
+    pub deaggregate: bool,
 }
 
 impl ReaderSettings {
@@ -47,6 +52,7 @@ impl ReaderSettings {
             min_call_gap: Duration::from_millis(200),
             dispatch: DispatchSettings::from_spec(spec),
             hook_timeout: spec.durations.graceful_timeout,
+            deaggregate: spec.deaggregate,
         }
     }
 }
@@ -100,6 +106,8 @@ pub struct ShardReader {
 fn start_at(position: &Checkpoint) -> Option<StartAt> {
     match position {
         Checkpoint::Sequence(sequence) => Some(StartAt::AfterSequence(sequence.clone())),
+        // Part of that aggregate is not done: read it again, the done user records are left out.
+        Checkpoint::SubSequence { sequence, .. } => Some(StartAt::AtSequence(sequence.clone())),
         Checkpoint::TrimHorizon => Some(StartAt::TrimHorizon),
         Checkpoint::Latest => Some(StartAt::Latest),
         Checkpoint::AtTimestamp(ms) => Some(StartAt::AtTimestamp(*ms)),
@@ -134,10 +142,7 @@ struct Cursor {
 impl Cursor {
     /// The checkpoint the done prefix allows: the watermark, or the start before any record is done.
     fn position(&self, dispatcher: &Dispatcher) -> Checkpoint {
-        match dispatcher.watermark() {
-            Some(sequence) => Checkpoint::Sequence(sequence.to_string()),
-            None => self.start.clone(),
-        }
+        dispatcher.watermark().cloned().unwrap_or_else(|| self.start.clone())
     }
 }
 
@@ -189,6 +194,8 @@ impl ShardReader {
         let shard_label = key.to_string();
         let mut iterator: Option<String> = None;
         let mut pace = Pace::new(self.settings.min_call_gap);
+        let mut unpacker =
+            Unpacker::new(self.settings.deaggregate, &cursor.start, self.runner.metrics().clone(), shard_label.clone());
         let mut failures = read_backoff();
         loop {
             if self.held.lost().is_cancelled() {
@@ -239,16 +246,23 @@ impl ShardReader {
             let empty = batch.records.is_empty();
             let last_fetched = batch.records.last().map(|r| r.sequence_number.clone());
             for record in batch.records {
-                if self.stop.is_cancelled() {
-                    return self.stopped(d, cursor).await;
+                let deaggregated = unpacker.deaggregate(&record);
+                if unpacker.wants_range(&record, &deaggregated) {
+                    let listed = self.drive(d, self.kinesis.hash_key_range(&stream, &shard)).await?;
+                    unpacker.set_range(listed);
                 }
-                // Backpressure: the next record is admitted only when the window has room.
-                while !d.has_room() {
-                    self.step(d).await?;
-                    self.maybe_checkpoint(d, cursor).await?;
+                for (record, covers) in unpacker.expand(record, deaggregated) {
+                    if self.stop.is_cancelled() {
+                        return self.stopped(d, cursor).await;
+                    }
+                    // Backpressure: the next record is admitted only when the window has room.
+                    while !d.has_room() {
+                        self.step(d).await?;
+                        self.maybe_checkpoint(d, cursor).await?;
+                    }
+                    let pushed = d.push(record, covers);
+                    self.stepped(d, pushed.map(|()| true))?;
                 }
-                let pushed = d.push(record);
-                self.stepped(d, pushed.map(|()| true))?;
             }
             if let Some(sequence) = last_fetched {
                 cursor.fetched = Checkpoint::Sequence(sequence);
@@ -296,8 +310,8 @@ impl ShardReader {
             self.held.mark_lost("deadline passed before processing");
             return Err(ShardExit::Lost);
         }
-        if let Some(sequence) = d.take_advanced() {
-            self.held.set_progress(Checkpoint::Sequence(sequence.to_string()));
+        if let Some(position) = d.take_advanced() {
+            self.held.set_progress(position.clone());
         }
         Ok(())
     }

@@ -38,6 +38,27 @@ struct Update {
     values: Vec<(&'static str, AttributeValue)>,
 }
 
+/// An update expression of `set` (a `SET ...` clause) and `remove` (attribute names, possibly none)
+/// that also writes `checkpoint`: its sub-sequence is set inside an aggregate and removed otherwise.
+fn checkpoint_expression(
+    set: &str,
+    remove: &str,
+    checkpoint: &Checkpoint,
+    values: &mut Vec<(&'static str, AttributeValue)>,
+) -> String {
+    values.push((":checkpoint", AttributeValue::S(checkpoint.attribute())));
+    let mut set = format!("{set}, {} = :checkpoint", attr::CHECKPOINT);
+    let mut remove: Vec<&str> = if remove.is_empty() { Vec::new() } else { vec![remove] };
+    match checkpoint.sub_sequence() {
+        Some(sub_sequence) => {
+            values.push((":subsequence", AttributeValue::N(sub_sequence.to_string())));
+            set.push_str(&format!(", {} = :subsequence", attr::CHECKPOINT_SUBSEQUENCE));
+        }
+        None => remove.push(attr::CHECKPOINT_SUBSEQUENCE),
+    }
+    if remove.is_empty() { set } else { format!("{set} REMOVE {}", remove.join(", ")) }
+}
+
 const HOLDER_CONDITION: &str = "lease_owner = :me AND lease_counter = :counter";
 
 impl DynamoLeaseStore {
@@ -193,25 +214,20 @@ impl LeaseStore for DynamoLeaseStore {
     async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
-        values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
-        let update = Update {
-            operation: "checkpoint",
-            expression: "SET checkpoint = :checkpoint, lease_counter = lease_counter + :one".into(),
-            condition: HOLDER_CONDITION,
-            values,
-        };
+        let expression = checkpoint_expression("SET lease_counter = lease_counter + :one", "", checkpoint, &mut values);
+        let update = Update { operation: "checkpoint", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }
 
     async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
-        let mut expression =
-            String::from("REMOVE lease_owner, lease_expiry, handoff_to SET lease_counter = lease_counter + :one");
-        if let Some(checkpoint) = final_checkpoint {
-            expression.push_str(", checkpoint = :checkpoint");
-            values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
-        }
+        let set = "SET lease_counter = lease_counter + :one";
+        let remove = "lease_owner, lease_expiry, handoff_to";
+        let expression = match final_checkpoint {
+            Some(checkpoint) => checkpoint_expression(set, remove, checkpoint, &mut values),
+            None => format!("{set} REMOVE {remove}"),
+        };
         let update = Update { operation: "release", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }
@@ -221,13 +237,11 @@ impl LeaseStore for DynamoLeaseStore {
         let mut values = self.holder_values(held);
         values.push((":to", AttributeValue::S(to.into())));
         values.push((":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())));
-        let mut expression = String::from(
-            "REMOVE handoff_to SET lease_owner = :to, lease_expiry = :expiry, lease_counter = lease_counter + :one",
-        );
-        if let Some(checkpoint) = final_checkpoint {
-            expression.push_str(", checkpoint = :checkpoint");
-            values.push((":checkpoint", AttributeValue::S(checkpoint.to_string())));
-        }
+        let set = "SET lease_owner = :to, lease_expiry = :expiry, lease_counter = lease_counter + :one";
+        let expression = match final_checkpoint {
+            Some(checkpoint) => checkpoint_expression(set, "handoff_to", checkpoint, &mut values),
+            None => format!("{set} REMOVE handoff_to"),
+        };
         let update = Update { operation: "release to", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }

@@ -188,6 +188,11 @@ fn list<'a>(answer: &'a Map<String, Value>, name: &str) -> Result<&'a [Value], P
     }
 }
 
+#[cfg(test)]
+pub(super) fn structured_event_for_tests(record: &Record) -> Value {
+    structured_event(record)
+}
+
 /// The batch's events by id, to find the ones an answer entry names.
 struct Events {
     by_id: HashMap<String, Vec<(usize, String)>>,
@@ -240,6 +245,8 @@ mod tests {
             partition_key: key.into(),
             data: Bytes::from_static(data),
             arrival_ms: Some(1_700_000_000_123),
+            explicit_hash_key: None,
+            sub_sequence_number: None,
         }
     }
 

@@ -1,0 +1,246 @@
+//! From Kinesis records to the records a processor sees: KPL aggregates unpacked into their user
+//! records (docs/kpl.md), each with the checkpoint that covers it once it and everything before it
+//! are done; and, when a reader resumes inside an aggregate, the user records already done left out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::kpl::{self, Deaggregated, ForShard, HashKeyRange, Producer};
+use crate::lease::Checkpoint;
+use crate::metrics::Metrics;
+use crate::processor::Record;
+
+/// How long after a failed ListShards the reader delivers KPL aggregates whole before asking again.
+const RANGE_RETRY: Duration = Duration::from_secs(10);
+
+/// One shard's unpacking state.
+pub(super) struct Unpacker {
+    enabled: bool,
+    /// Resuming inside this aggregate (sequence number): its user records up to this sub-sequence
+    /// are done. Only the first Kinesis record read can be it (the iterator starts at it).
+    resume: Option<(String, u32)>,
+    /// The shard's hash key range, once listed.
+    range: Option<HashKeyRange>,
+    range_failed_at: Option<Instant>,
+    corrupt_logged: bool,
+    metrics: Arc<Metrics>,
+    shard: String,
+}
+
+impl Unpacker {
+    /// The unpacker of a shard read from `start`; `enabled` is `reader.deaggregate`.
+    pub(super) fn new(enabled: bool, start: &Checkpoint, metrics: Arc<Metrics>, shard: String) -> Self {
+        let resume = match start {
+            Checkpoint::SubSequence { sequence, sub_sequence } => Some((sequence.clone(), *sub_sequence)),
+            _ => None,
+        };
+        Self { enabled, resume, range: None, range_failed_at: None, corrupt_logged: false, metrics, shard }
+    }
+
+    /// What `record`'s payload is (always plain with de-aggregation off).
+    pub(super) fn deaggregate(&self, record: &Record) -> Deaggregated {
+        if self.enabled { kpl::deaggregate(&record.data) } else { Deaggregated::Plain }
+    }
+
+    /// True when unpacking `record` needs the shard's hash key range first: a KPL aggregate, whose user
+    /// records hashing outside the shard are skipped.
+    pub(super) fn wants_range(&self, record: &Record, deaggregated: &Deaggregated) -> bool {
+        let Deaggregated::Aggregate(users) = deaggregated else { return false };
+        self.range.is_none()
+            && self.range_failed_at.is_none_or(|at| at.elapsed() >= RANGE_RETRY)
+            && kpl::producer(&record.partition_key, users) == Producer::Kpl
+    }
+
+    /// Takes the answer of ListShards for this shard. Until a range is known, KPL aggregates are
+    /// delivered whole: a repeat is allowed, a loss is not.
+    pub(super) fn set_range<E: std::fmt::Display>(&mut self, listed: Result<Option<HashKeyRange>, E>) {
+        match listed {
+            Ok(Some(range)) => self.range = Some(range),
+            Ok(None) => {
+                tracing::warn!(shard = %self.shard, "shard not listed; its KPL aggregates are delivered whole");
+                self.range = Some(HashKeyRange::FULL);
+            }
+            Err(e) => {
+                tracing::warn!(shard = %self.shard, error = %e, "cannot list the shard's hash key range; delivering KPL aggregates whole for now");
+                self.range_failed_at = Some(Instant::now());
+            }
+        }
+    }
+
+    /// The records to hand on for one Kinesis record, in order, each with the checkpoint covering it.
+    pub(super) fn expand(&mut self, record: Record, deaggregated: Deaggregated) -> Vec<(Record, Checkpoint)> {
+        let resume = self.resume.take();
+        let sequence = record.sequence_number.clone();
+        let users = match deaggregated {
+            Deaggregated::Plain => return vec![(record, Checkpoint::Sequence(sequence))],
+            Deaggregated::Corrupt(reason) => {
+                self.metrics.records_not_deaggregated.inc();
+                if !std::mem::replace(&mut self.corrupt_logged, true) {
+                    tracing::warn!(shard = %self.shard, sequence = %sequence, reason = %reason,
+                        "record has the KPL magic bytes but is not a readable aggregate; delivered whole (logged once per shard, counted in leasehold_records_not_deaggregated_total)");
+                }
+                return vec![(record, Checkpoint::Sequence(sequence))];
+            }
+            Deaggregated::Aggregate(users) => users,
+        };
+        let range = self.range.unwrap_or(HashKeyRange::FULL);
+        let ForShard { deliver, skip } = kpl::for_shard(&record.partition_key, users, range);
+        if !skip.is_empty() {
+            self.metrics.skipped_user_records("outside_shard", skip.len() as u64);
+        }
+        let done_through = resume.filter(|(at, _)| *at == sequence).map(|(_, sub)| sub);
+        let deliver: Vec<_> =
+            deliver.into_iter().filter(|user| done_through.is_none_or(|done| user.sub_sequence > done)).collect();
+        let last = deliver.len().saturating_sub(1);
+        deliver
+            .into_iter()
+            .enumerate()
+            .map(|(i, user)| {
+                // The last one delivered covers the whole aggregate, skipped user records after it too.
+                let covers = if i == last {
+                    Checkpoint::Sequence(sequence.clone())
+                } else {
+                    Checkpoint::SubSequence { sequence: sequence.clone(), sub_sequence: user.sub_sequence }
+                };
+                let unpacked = Record {
+                    stream: record.stream.clone(),
+                    shard_id: record.shard_id.clone(),
+                    sequence_number: sequence.clone(),
+                    partition_key: user.partition_key,
+                    explicit_hash_key: user.explicit_hash_key,
+                    data: user.data,
+                    arrival_ms: record.arrival_ms,
+                    sub_sequence_number: Some(user.sub_sequence),
+                };
+                (unpacked, covers)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+
+    fn record(sequence: &str, partition_key: &str, data: Bytes) -> Record {
+        Record {
+            stream: Arc::from("s"),
+            shard_id: Arc::from("shardId-000000000000"),
+            sequence_number: sequence.into(),
+            partition_key: partition_key.into(),
+            explicit_hash_key: None,
+            data,
+            arrival_ms: Some(5),
+            sub_sequence_number: None,
+        }
+    }
+
+    fn unpacker(enabled: bool, start: &Checkpoint) -> Unpacker {
+        Unpacker::new(enabled, start, Arc::new(Metrics::default()), "s:shardId-000000000000".into())
+    }
+
+    fn run(u: &mut Unpacker, r: Record) -> Vec<(Record, Checkpoint)> {
+        let deaggregated = u.deaggregate(&r);
+        u.expand(r, deaggregated)
+    }
+
+    fn three() -> Bytes {
+        kpl::aggregate([("k0", None, &b"a"[..]), ("k1", Some("7"), &b"b"[..]), ("k2", None, &b"c"[..])])
+    }
+
+    fn sub(sequence: &str, sub_sequence: u32) -> Checkpoint {
+        Checkpoint::SubSequence { sequence: sequence.into(), sub_sequence }
+    }
+
+    #[test]
+    fn user_records_get_their_own_keys_and_the_last_covers_the_aggregate() {
+        let mut u = unpacker(true, &Checkpoint::TrimHorizon);
+        let out = run(&mut u, record("10", "k0", three()));
+        let got: Vec<_> = out
+            .iter()
+            .map(|(r, c)| {
+                (
+                    r.partition_key.as_str(),
+                    r.explicit_hash_key.as_deref(),
+                    &r.data[..],
+                    r.sub_sequence_number,
+                    c.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("k0", None, &b"a"[..], Some(0), sub("10", 0)),
+                ("k1", Some("7"), &b"b"[..], Some(1), sub("10", 1)),
+                ("k2", None, &b"c"[..], Some(2), Checkpoint::Sequence("10".into())),
+            ]
+        );
+        assert!(out.iter().all(|(r, _)| r.sequence_number == "10" && r.arrival_ms == Some(5)));
+        let plain = run(&mut u, record("11", "p", Bytes::from_static(b"plain")));
+        assert_eq!(plain.len(), 1);
+        assert_eq!((plain[0].0.sub_sequence_number, &plain[0].1), (None, &Checkpoint::Sequence("11".into())));
+    }
+
+    #[test]
+    fn resuming_inside_an_aggregate_skips_exactly_what_is_done() {
+        let mut u = unpacker(true, &sub("10", 0));
+        let out = run(&mut u, record("10", "k0", three()));
+        assert_eq!(out.iter().map(|(r, _)| r.sub_sequence_number).collect::<Vec<_>>(), vec![Some(1), Some(2)]);
+        let again = run(&mut u, record("12", "k0", three()));
+        assert_eq!(again.len(), 3, "only the aggregate resumed in is filtered");
+        let mut other = unpacker(true, &sub("9", 2));
+        assert_eq!(run(&mut other, record("10", "k0", three())).len(), 3, "a different first record: all of it");
+    }
+
+    #[test]
+    fn off_or_corrupt_delivers_the_kinesis_record_whole_and_counts_corruption() {
+        let mut off = unpacker(false, &Checkpoint::TrimHorizon);
+        let out = run(&mut off, record("10", "k0", three()));
+        assert_eq!((out.len(), out[0].0.data.clone()), (1, three()));
+        let mut u = unpacker(true, &Checkpoint::TrimHorizon);
+        let mut broken = three().to_vec();
+        let last = broken.len() - 1;
+        broken[last] ^= 0xFF;
+        for n in 0..2 {
+            let out = run(&mut u, record(&format!("{n}"), "k0", Bytes::from(broken.clone())));
+            assert_eq!(out.len(), 1);
+            assert_eq!(out[0].0.sub_sequence_number, None);
+        }
+        assert_eq!(u.metrics.records_not_deaggregated.get(), 2);
+    }
+
+    #[test]
+    fn kpl_aggregates_skip_what_hashes_outside_the_shard_and_count_it() {
+        // The KPL's aggregates are put under partition key "a"; route by explicit hash keys.
+        let data = kpl::aggregate([("x", Some("5"), &b"in"[..]), ("y", Some("500"), &b"out"[..])]);
+        let mut u = unpacker(true, &Checkpoint::TrimHorizon);
+        let r = record("10", "a", data);
+        let deaggregated = u.deaggregate(&r);
+        assert!(u.wants_range(&r, &deaggregated));
+        u.set_range::<String>(Ok(Some(HashKeyRange { start: 0, end: 100 })));
+        assert!(!u.wants_range(&r, &deaggregated));
+        let out = u.expand(r, deaggregated);
+        assert_eq!(out.len(), 1);
+        assert_eq!((out[0].0.partition_key.as_str(), &out[0].1), ("x", &Checkpoint::Sequence("10".into())));
+        assert_eq!(u.metrics.user_records_skipped.get_or_create(&vec![("reason", "outside_shard".into())]).get(), 1);
+        // Another aggregator's aggregate is delivered whole, wherever its user records hash.
+        let other = kpl::aggregate([("x", Some("5"), &b"in"[..]), ("y", Some("500"), &b"out"[..])]);
+        assert_eq!(run(&mut u, record("11", "x", other)).len(), 2);
+    }
+
+    #[test]
+    fn without_a_range_kpl_aggregates_are_delivered_whole() {
+        let data = kpl::aggregate([("x", Some("5"), &b"in"[..]), ("y", Some("500"), &b"out"[..])]);
+        let mut u = unpacker(true, &Checkpoint::TrimHorizon);
+        u.set_range::<String>(Err("throttled".into()));
+        let r = record("10", "a", data);
+        let deaggregated = u.deaggregate(&r);
+        assert!(!u.wants_range(&r, &deaggregated), "not asked again at once");
+        assert_eq!(u.expand(r, deaggregated).len(), 2);
+    }
+}

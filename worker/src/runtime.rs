@@ -113,7 +113,8 @@ pub async fn run(
     let runner = Runner::new(metrics.clone())
         .with_policy(RetryPolicy::from_spec(resolved, dead_letters))
         .with_publisher(Arc::new(kinesis.clone()))
-        .with_owner(owner);
+        .with_owner(owner)
+        .with_stuck_after(durations.graceful_timeout);
     let runner = match &spec.output {
         Some(output) => runner.with_output(output.stream.clone(), output.partition_key.clone()),
         None => runner,

@@ -141,6 +141,7 @@ impl Coordinator {
             if let Err(e) = self.store.heartbeat().await {
                 self.metrics().lease_table_failures.inc();
                 self.outage.failed("membership heartbeat", &e, now);
+                self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
             }
         }
         let page = match self.store.list().await {
@@ -148,12 +149,14 @@ impl Coordinator {
             Err(e) => {
                 self.metrics().lease_table_failures.inc();
                 self.outage.failed("read", &e, now);
+                self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
                 // A takeover waiting for an expiry is retried after the backoff, not at once.
                 self.next_expiry = None;
                 return;
             }
         };
         self.outage.recovered();
+        self.metrics().lease_table_missing.set(0);
         for malformed in &page.malformed {
             if self.reported_malformed.insert(malformed.key.clone()) {
                 tracing::error!(row = %malformed.key, reason = %malformed.reason, "malformed lease row skipped");

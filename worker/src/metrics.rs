@@ -89,6 +89,11 @@ impl Default for Metrics {
             metrics.lease_table_failures.clone(),
         );
         registry.register(
+            "aws_credential_failures",
+            "AWS calls refused because of the worker's credentials (expired, revoked, unknown), process-wide",
+            crate::aws::credentials::failures(),
+        );
+        registry.register(
             "lease_table_missing",
             "1 while the lease table does not exist (the worker waits for it; it does not recreate it)",
             metrics.lease_table_missing.clone(),

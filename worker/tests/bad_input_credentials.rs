@@ -82,7 +82,13 @@ async fn refused_credentials_are_reported_leases_run_out_and_the_group_recovers_
         assert!(credential_failures(worker).await > 0, "{}: refusals counted", worker.owner);
         let lines =
             worker.events("AWS refused the worker's credentials; calls are retried until they are accepted again");
-        assert!((1..=2).contains(&lines.len()), "{}: {} report lines in {REFUSED_FOR:?}:\n{}", worker.owner, lines.len(), worker.stderr_text());
+        assert!(
+            (1..=2).contains(&lines.len()),
+            "{}: {} report lines in {REFUSED_FOR:?}:\n{}",
+            worker.owner,
+            lines.len(),
+            worker.stderr_text()
+        );
         assert!(worker.held_shards().is_empty(), "{}: leases lost by the ordinary rules", worker.owner);
     }
 

@@ -82,7 +82,7 @@ fn key(shard: u32) -> LeaseKey {
 }
 
 fn new_lease(key: &LeaseKey) -> NewLease {
-    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![] }
+    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![], stream_created: None }
 }
 
 async fn created(store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
@@ -107,6 +107,7 @@ async fn create_if_absent_creates_once<H: Harness>(h: &H) {
         key: k.clone(),
         checkpoint: Checkpoint::Latest,
         parent_shard_ids: vec!["shardId-000000000007".into(), "shardId-000000000008".into()],
+        stream_created: None,
     };
     assert!(a.create_if_absent(&lease).await.unwrap());
     let first = read(&*a, &k).await;

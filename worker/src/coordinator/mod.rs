@@ -191,6 +191,9 @@ impl Coordinator {
         }
         self.next_expiry = None;
         for lease in moves.take.into_iter().chain(moves.expired_candidates) {
+            if !self.same_incarnation(&lease).await {
+                continue;
+            }
             let sent = Instant::now();
             match self.store.acquire(&lease).await {
                 Ok(acquired) => self.start(acquired, sent).await,
@@ -212,6 +215,25 @@ impl Coordinator {
                     self.requested.insert(lease.key.clone(), Instant::now());
                 }
                 Err(e) => tracing::debug!(shard = %lease.key, error = %e, "handoff request not placed"),
+            }
+        }
+    }
+
+    /// True when `lease` belongs to its stream as it exists now: a row of a former incarnation (the
+    /// stream deleted and recreated under its name) is never taken, since its checkpoint is about
+    /// another stream; the next shard sync, brought forward, replaces it.
+    async fn same_incarnation(&mut self, lease: &Lease) -> bool {
+        let Some(created) = lease.stream_created else { return true };
+        match self.sync.incarnation(lease.key.stream(), self.settings.renew_interval).await {
+            Some(now) if now == created => true,
+            Some(_) => {
+                tracing::info!(shard = %lease.key, "row of a former incarnation of its stream not taken; syncing shards");
+                self.next_sync = Instant::now();
+                false
+            }
+            None => {
+                tracing::debug!(shard = %lease.key, "stream not described; lease not taken");
+                false
             }
         }
     }
@@ -294,6 +316,8 @@ impl Coordinator {
             ShardExit::Stopped { last } => (Some(last), running.give_to),
             ShardExit::Failed { reason, last } => {
                 tracing::error!(shard = %key, reason, "shard failed; releasing it");
+                // The stream may be gone or recreated: the next sync tells, soon rather than at its time.
+                self.next_sync = Instant::now();
                 (Some(last), None)
             }
         };

@@ -2,7 +2,12 @@
 
 mod plan;
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use regex::Regex;
+use tokio::time::Instant;
 
 use crate::kinesis::{Kinesis, KinesisError, ShardInfo};
 use crate::lease::{Checkpoint, Lease, LeaseKey, LeaseStore};
@@ -30,6 +35,8 @@ pub struct SyncReport {
     pub created: usize,
     /// Rows of finished shards deleted.
     pub deleted: usize,
+    /// Rows of a former incarnation of their stream (deleted and recreated) replaced or deleted.
+    pub foreign: usize,
     /// Streams that could not be listed, with why.
     pub failed: Vec<(String, String)>,
 }
@@ -40,12 +47,64 @@ pub struct ShardSync {
     kinesis: Kinesis,
     selection: StreamSelection,
     root_start: Checkpoint,
+    /// Each stream's creation time (epoch ms) as last described, and when.
+    incarnations: Arc<Mutex<HashMap<String, (i64, Instant)>>>,
 }
 
 impl ShardSync {
     /// Syncs `selection`'s shards; shards without parents start at `root_start`.
     pub fn new(kinesis: Kinesis, selection: StreamSelection, root_start: Checkpoint) -> Self {
-        Self { kinesis, selection, root_start }
+        Self { kinesis, selection, root_start, incarnations: Arc::default() }
+    }
+
+    /// Describes `stream`, remembering its creation time (forgotten once the stream is not found).
+    async fn describe(&self, stream: &str) -> Result<i64, KinesisError> {
+        let described = self.kinesis.stream_created(stream).await;
+        let mut known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+        match &described {
+            Ok(created) => {
+                known.insert(stream.to_string(), (*created, Instant::now()));
+            }
+            Err(KinesisError::StreamNotFound { .. }) => {
+                known.remove(stream);
+            }
+            Err(_) => {}
+        }
+        described
+    }
+
+    /// `stream`'s creation time (epoch ms), described again when the one known is older than
+    /// `max_age`; `None` when it cannot be told (the stream is gone, or Kinesis does not answer).
+    pub async fn incarnation(&self, stream: &str, max_age: Duration) -> Option<i64> {
+        let cached = {
+            let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+            known.get(stream).filter(|(_, at)| at.elapsed() < max_age).map(|(created, _)| *created)
+        };
+        match cached {
+            Some(created) => Some(created),
+            None => self.describe(stream).await.ok(),
+        }
+    }
+
+    /// True when `row` belongs to another incarnation of its stream than the one last described.
+    fn is_foreign(&self, row: &Lease) -> bool {
+        let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+        row.stream_created.is_some_and(|created| known.get(row.key.stream()).is_some_and(|(now, _)| *now != created))
+    }
+
+    /// Plans `listings` over `rows`: rows of a former incarnation of their stream are left out (and
+    /// returned), and a stream that has such rows is planned from TRIM_HORIZON (every record of the
+    /// new stream was written after the consumer began reading that name).
+    fn plan_rows(&self, listings: &[(String, Vec<ShardInfo>)], rows: &[Lease]) -> (SyncPlan, Vec<Lease>) {
+        let (foreign, current): (Vec<Lease>, Vec<Lease>) = rows.iter().cloned().partition(|row| self.is_foreign(row));
+        let recreated: HashSet<&str> = foreign.iter().map(|row| row.key.stream()).collect();
+        let (renewed, same): (Vec<_>, Vec<_>) =
+            listings.iter().cloned().partition(|(stream, _)| recreated.contains(stream.as_str()));
+        let mut planned = plan(&same, &current, &self.root_start);
+        let fresh = plan(&renewed, &current, &Checkpoint::TrimHorizon);
+        planned.create.extend(fresh.create);
+        planned.delete.extend(fresh.delete);
+        (planned, foreign)
     }
 
     async fn streams(&self) -> Result<Vec<String>, KinesisError> {
@@ -80,6 +139,12 @@ impl ShardSync {
         };
         let mut listings: Vec<(String, Vec<ShardInfo>)> = Vec::new();
         for stream in streams {
+            // Described first, so rows are stamped (and others judged) against the stream as listed.
+            if let Err(e) = self.describe(&stream).await {
+                tracing::warn!(stream, error = %e, "cannot describe stream; will retry at the next sync");
+                report.failed.push((stream, e.to_string()));
+                continue;
+            }
             match self.kinesis.list_shards(&stream).await {
                 Ok(shards) => {
                     let shards = match &self.selection {
@@ -99,20 +164,39 @@ impl ShardSync {
                 }
             }
         }
-        let mut planned = plan(&listings, rows, &self.root_start);
+        let (mut planned, mut foreign) = self.plan_rows(&listings, rows);
         if creates_closed_shard(&planned, &listings) {
             // A closed shard gets a row only when nothing in the table says it was read (the first
             // start of its lineage). `rows` is as old as the listing calls; another worker may have read
             // the shard and cleaned it up since, so decide again on a fresh read, just before writing.
             match store.list().await {
-                Ok(fresh) => planned = plan(&listings, &fresh.leases, &self.root_start),
+                Ok(fresh) => (planned, foreign) = self.plan_rows(&listings, &fresh.leases),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the lease table again; rows created at the next sync");
                     planned.create.clear();
+                    foreign.clear();
                 }
             }
         }
-        let SyncPlan { create, delete } = planned;
+        let listed: HashSet<&str> = listings.iter().map(|(stream, _)| stream.as_str()).collect();
+        foreign.retain(|row| listed.contains(row.key.stream()));
+        let recreated: HashSet<&str> = foreign.iter().map(|row| row.key.stream()).collect();
+        for stream in recreated {
+            tracing::warn!(
+                stream,
+                rows = foreign.iter().filter(|r| r.key.stream() == stream).count(),
+                "the stream was deleted and recreated: the rows of its former incarnation are replaced, never \
+                 applied; the new stream is read from TRIM_HORIZON"
+            );
+        }
+        let mut foreign: HashMap<LeaseKey, Lease> = foreign.into_iter().map(|row| (row.key.clone(), row)).collect();
+        let SyncPlan { mut create, delete } = planned;
+        {
+            let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+            for row in &mut create {
+                row.stream_created = known.get(row.key.stream()).map(|(created, _)| *created);
+            }
+        }
         // A descendant's row must never exist without its ancestors' (a closed shard with a row below it
         // counts as finished), so a row that cannot be written holds back its descendants until the
         // next sync. `create` lists parents first, so one pass catches every generation.
@@ -124,7 +208,14 @@ impl ShardSync {
                 held_back.insert(row.key.clone());
                 continue;
             }
-            match store.create_if_absent(&row).await {
+            let written = match foreign.remove(&row.key) {
+                Some(former) => store.replace(&former, &row).await.map(|()| {
+                    report.foreign += 1;
+                    true
+                }),
+                None => store.create_if_absent(&row).await,
+            };
+            match written {
                 Ok(true) => {
                     tracing::info!(shard = %row.key, checkpoint = %row.checkpoint, "lease row created");
                     report.created += 1;
@@ -134,6 +225,16 @@ impl ShardSync {
                     tracing::warn!(shard = %row.key, error = %e, "cannot create lease row; will retry");
                     held_back.insert(row.key.clone());
                 }
+            }
+        }
+        // Rows of a former incarnation whose shard the new stream does not have.
+        for row in foreign.into_values().filter(|row| !held_back.contains(&row.key)) {
+            match store.delete(&row).await {
+                Ok(()) => {
+                    tracing::info!(shard = %row.key, "row of a former incarnation of the stream removed");
+                    report.foreign += 1;
+                }
+                Err(e) => tracing::debug!(shard = %row.key, error = %e, "former incarnation's row not removed yet"),
             }
         }
         for row in delete {

@@ -60,6 +60,7 @@ pub fn plan(listings: &[(String, Vec<ShardInfo>)], rows: &[Lease], root_start: &
                 key: LeaseKey::new(stream.as_str(), shard.id.as_str()),
                 checkpoint,
                 parent_shard_ids: shard.parents.clone(),
+                stream_created: None,
             });
         }
         for row in rows.iter().filter(|row| row.key.stream() == stream) {
@@ -162,6 +163,7 @@ mod tests {
             checkpoint,
             parent_shard_ids: parents.iter().map(|p| p.to_string()).collect(),
             handoff_to: None,
+            stream_created: None,
         }
     }
 

@@ -159,7 +159,7 @@ impl Coordinator {
         self.metrics().lease_table_missing.set(0);
         for malformed in &page.malformed {
             if self.reported_malformed.insert(malformed.key.clone()) {
-                tracing::error!(row = %malformed.key, reason = %malformed.reason, "malformed lease row skipped");
+                tracing::error!(row = %clip(&malformed.key), reason = %clip(&malformed.reason), "malformed lease row skipped");
             }
         }
         self.remove_silent_members(&page.members).await;
@@ -202,6 +202,12 @@ impl Coordinator {
                     self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
                 }
                 Err(e @ LeaseError::NotObserved { .. }) => tracing::trace!(shard = %lease.key, error = %e, "not taken"),
+                Err(e @ LeaseError::ItemTooLarge { .. }) => {
+                    // Retried at every scan (an operator may trim the row), reported once like a malformed row.
+                    if self.reported_malformed.insert(lease.key.to_string()) {
+                        tracing::error!(row = %lease.key, error = %e, "lease row too large to take; skipped");
+                    }
+                }
                 Err(e) if e.is_not_held() => {
                     tracing::debug!(shard = %lease.key, error = %e, "lost the race for a lease")
                 }
@@ -353,6 +359,14 @@ impl Coordinator {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
         }
         tracing::info!("worker stopped");
+    }
+}
+
+/// At most the first 200 characters of `text` (a row another tool wrote may hold 400 KB in one value).
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((end, _)) => format!("{}... ({} bytes)", &text[..end], text.len()),
+        None => text.to_string(),
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::discovery::ShardSync;
+use crate::discovery::{Incarnation, ShardSync};
 use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
 use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeaseStore, Member, renew_until_lost};
@@ -231,16 +231,18 @@ impl Coordinator {
     async fn same_incarnation(&mut self, lease: &Lease) -> bool {
         let Some(created) = lease.stream_created else { return true };
         match self.sync.incarnation(lease.key.stream(), self.settings.renew_interval).await {
-            Some(now) if now == created => true,
-            Some(_) => {
+            Incarnation::Known(now) if now == created => true,
+            Incarnation::Known(_) => {
                 tracing::info!(shard = %lease.key, "row of a former incarnation of its stream not taken; syncing shards");
                 self.next_sync = Instant::now();
                 false
             }
-            None => {
-                tracing::debug!(shard = %lease.key, "stream not described; lease not taken");
+            Incarnation::Gone => {
+                tracing::debug!(shard = %lease.key, "stream gone; lease not taken");
                 false
             }
+            // Cannot be told now (throttled, no permission): taken as before stamps existed.
+            Incarnation::Unknown => true,
         }
     }
 

@@ -24,6 +24,17 @@ pub enum StreamSelection {
     Assigned(Vec<LeaseKey>),
 }
 
+/// What this worker can tell of a stream's incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incarnation {
+    /// The stream exists, created at this time (epoch ms).
+    Known(i64),
+    /// The stream does not exist.
+    Gone,
+    /// It cannot be told now (throttled, no permission, Kinesis unreachable).
+    Unknown,
+}
+
 /// What one sync did, for logs and metrics.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SyncReport {
@@ -57,7 +68,7 @@ impl ShardSync {
         Self { kinesis, selection, root_start, incarnations: Arc::default() }
     }
 
-    /// Describes `stream`, remembering its creation time (forgotten once the stream is not found).
+    /// Describes `stream`, remembering its creation time (forgotten when it cannot be described).
     async fn describe(&self, stream: &str) -> Result<i64, KinesisError> {
         let described = self.kinesis.stream_created(stream).await;
         let mut known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
@@ -65,24 +76,27 @@ impl ShardSync {
             Ok(created) => {
                 known.insert(stream.to_string(), (*created, Instant::now()));
             }
-            Err(KinesisError::StreamNotFound { .. }) => {
+            // Forgotten on any failure: never judged (or stamped) against a creation time that may be stale.
+            Err(_) => {
                 known.remove(stream);
             }
-            Err(_) => {}
         }
         described
     }
 
-    /// `stream`'s creation time (epoch ms), described again when the one known is older than
-    /// `max_age`; `None` when it cannot be told (the stream is gone, or Kinesis does not answer).
-    pub async fn incarnation(&self, stream: &str, max_age: Duration) -> Option<i64> {
+    /// `stream`'s incarnation, described again when the one known is older than `max_age`.
+    pub async fn incarnation(&self, stream: &str, max_age: Duration) -> Incarnation {
         let cached = {
             let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
             known.get(stream).filter(|(_, at)| at.elapsed() < max_age).map(|(created, _)| *created)
         };
-        match cached {
-            Some(created) => Some(created),
-            None => self.describe(stream).await.ok(),
+        if let Some(created) = cached {
+            return Incarnation::Known(created);
+        }
+        match self.describe(stream).await {
+            Ok(created) => Incarnation::Known(created),
+            Err(KinesisError::StreamNotFound { .. }) => Incarnation::Gone,
+            Err(_) => Incarnation::Unknown,
         }
     }
 
@@ -140,10 +154,17 @@ impl ShardSync {
         let mut listings: Vec<(String, Vec<ShardInfo>)> = Vec::new();
         for stream in streams {
             // Described first, so rows are stamped (and others judged) against the stream as listed.
-            if let Err(e) = self.describe(&stream).await {
-                tracing::warn!(stream, error = %e, "cannot describe stream; will retry at the next sync");
-                report.failed.push((stream, e.to_string()));
-                continue;
+            match self.describe(&stream).await {
+                Ok(_) => {}
+                Err(e @ KinesisError::StreamNotFound { .. }) => {
+                    tracing::warn!(stream, error = %e, "cannot list shards; will retry at the next sync");
+                    report.failed.push((stream, e.to_string()));
+                    continue;
+                }
+                // Synced all the same (new rows unstamped), so a missing kinesis:DescribeStreamSummary
+                // permission or a throttled call does not stop the consumer.
+                Err(e) => tracing::warn!(stream, error = %e,
+                    "cannot describe stream; rows created now carry no stream_created (a recreation goes unnoticed)"),
             }
             match self.kinesis.list_shards(&stream).await {
                 Ok(shards) => {

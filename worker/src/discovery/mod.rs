@@ -281,3 +281,77 @@ fn creates_closed_shard(planned: &SyncPlan, listings: &[(String, Vec<ShardInfo>)
         .collect();
     planned.create.iter().any(|row| closed.contains(&row.key))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sync(root_start: Checkpoint) -> ShardSync {
+        let config = aws_sdk_kinesis::Config::builder()
+            .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+            .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+            .build();
+        let kinesis = Kinesis::new(aws_sdk_kinesis::Client::from_conf(config));
+        ShardSync::new(kinesis, StreamSelection::Named(vec!["s".into()]), root_start)
+    }
+
+    fn row(shard: &str, checkpoint: Checkpoint, stream_created: Option<i64>) -> Lease {
+        Lease {
+            key: LeaseKey::new("s", shard),
+            owner: None,
+            expiry_ms: None,
+            counter: 3,
+            checkpoint,
+            parent_shard_ids: vec![],
+            handoff_to: None,
+            stream_created,
+        }
+    }
+
+    fn open(id: &str) -> ShardInfo {
+        ShardInfo { id: id.into(), parents: vec![], closed: false }
+    }
+
+    #[test]
+    fn rows_of_a_former_incarnation_are_left_out_and_the_new_stream_starts_at_trim_horizon() {
+        let sync = sync(Checkpoint::Latest);
+        sync.incarnations.lock().unwrap().insert("s".into(), (2_000, Instant::now()));
+        let listings = vec![("s".to_string(), vec![open("shardId-000000000000"), open("shardId-000000000001")])];
+        let rows = vec![
+            row("shardId-000000000000", Checkpoint::Sequence("49".into()), Some(1_000)),
+            row("shardId-000000000001", Checkpoint::ShardEnd, Some(1_000)),
+            row("shardId-000000000002", Checkpoint::Sequence("50".into()), Some(1_000)),
+        ];
+        let (planned, foreign) = sync.plan_rows(&listings, &rows);
+        assert_eq!(foreign.len(), 3, "every row of the former stream is foreign");
+        let created: Vec<(String, Checkpoint)> =
+            planned.create.iter().map(|n| (n.key.shard_id().to_string(), n.checkpoint.clone())).collect();
+        assert_eq!(
+            created,
+            vec![
+                ("shardId-000000000000".to_string(), Checkpoint::TrimHorizon),
+                ("shardId-000000000001".to_string(), Checkpoint::TrimHorizon)
+            ],
+            "the new stream's shards from TRIM_HORIZON, not LATEST and not the old checkpoints"
+        );
+        assert!(planned.delete.is_empty());
+    }
+
+    #[test]
+    fn current_and_unstamped_rows_are_kept() {
+        let sync = sync(Checkpoint::TrimHorizon);
+        sync.incarnations.lock().unwrap().insert("s".into(), (2_000, Instant::now()));
+        let listings = vec![("s".to_string(), vec![open("shardId-000000000000"), open("shardId-000000000001")])];
+        let rows = vec![
+            row("shardId-000000000000", Checkpoint::Sequence("49".into()), Some(2_000)),
+            row("shardId-000000000001", Checkpoint::Sequence("50".into()), None),
+        ];
+        let (planned, foreign) = sync.plan_rows(&listings, &rows);
+        assert!(foreign.is_empty());
+        assert!(planned.create.is_empty(), "both shards are tracked: {:?}", planned.create);
+        // Nothing known of the stream (it could not be described): nothing is judged foreign.
+        sync.incarnations.lock().unwrap().clear();
+        let stale = vec![row("shardId-000000000000", Checkpoint::Sequence("49".into()), Some(1_000))];
+        assert!(sync.plan_rows(&listings, &stale).1.is_empty());
+    }
+}

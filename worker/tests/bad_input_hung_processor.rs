@@ -77,7 +77,6 @@ fn a_hung_processor_is_reported_stuck_keeps_its_lease_and_is_abandoned_at_shutdo
         // The shard waits with its lease kept (renewals go on): several lease durations later it is still held.
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(metrics.leases_held.get(), 1, "the lease is kept while the record is stuck");
-        assert_eq!(metrics.renewals_failed.get(), 0);
         assert_eq!(
             done.lock().unwrap().clone(),
             vec!["key-0:0", "key-0:1", "key-0:2"],

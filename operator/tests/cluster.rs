@@ -101,6 +101,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         key: key.clone(),
         checkpoint: leasehold_worker::lease::Checkpoint::TrimHorizon,
         parent_shard_ids: vec![],
+        stream_created: None,
     };
     store.create_if_absent(&row).await.unwrap();
     store.acquire(&store.get(&key).await.unwrap().unwrap()).await.unwrap();

@@ -18,6 +18,7 @@ fn new_lease(i: usize) -> NewLease {
         key: LeaseKey::new("bench", format!("shardId-{i:012}")),
         checkpoint: Checkpoint::Latest,
         parent_shard_ids: vec![],
+        stream_created: None,
     }
 }
 

@@ -41,6 +41,10 @@ pub struct Metrics {
     pub checkpoints_written: Counter,
     /// Scans and membership heartbeats that could not use the lease table (retried with backoff).
     pub lease_table_failures: Counter,
+    /// 1 while the lease table does not exist (deleted under the worker), else 0.
+    pub lease_table_missing: Gauge,
+    /// Records whose processing call has run longer than `lease.gracefulTimeout` and not returned.
+    pub records_stuck: Gauge,
     /// Milliseconds behind the stream's tip at the last GetRecords, per shard.
     pub millis_behind_latest: Family<Labels, Gauge>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
@@ -65,6 +69,8 @@ impl Default for Metrics {
             renewals_failed: Counter::default(),
             checkpoints_written: Counter::default(),
             lease_table_failures: Counter::default(),
+            lease_table_missing: Gauge::default(),
+            records_stuck: Gauge::default(),
             millis_behind_latest: Family::default(),
             records_not_deaggregated: Counter::default(),
             user_records_skipped: Family::default(),
@@ -88,6 +94,21 @@ impl Default for Metrics {
             "lease_table_failures",
             "Scans and heartbeats that could not use the lease table",
             metrics.lease_table_failures.clone(),
+        );
+        registry.register(
+            "aws_credential_failures",
+            "AWS calls refused because of the worker's credentials (expired, revoked, unknown), process-wide",
+            crate::aws::credentials::failures(),
+        );
+        registry.register(
+            "lease_table_missing",
+            "1 while the lease table does not exist (the worker waits for it; it does not recreate it)",
+            metrics.lease_table_missing.clone(),
+        );
+        registry.register(
+            "records_stuck",
+            "Records whose processing has run longer than lease.gracefulTimeout without returning",
+            metrics.records_stuck.clone(),
         );
         registry.register(
             "millis_behind_latest",

@@ -32,10 +32,17 @@ pub enum RuntimeError {
          leasehold_worker::main_with_processor, or name stdout, http or multilang"
     )]
     NoCustomProcessor,
+    /// The owner id is too long to write into lease rows (it is written twice per row at most, and
+    /// bounding it is what keeps every row the worker writes far below DynamoDB's 400 KB item limit).
+    #[error("owner id is {0} bytes; at most {MAX_OWNER_ID_BYTES} are allowed")]
+    OwnerIdTooLong(usize),
     /// The http processor's settings are unusable.
     #[error(transparent)]
     Http(#[from] HttpProcessorError),
 }
+
+/// Longest owner id accepted (`--owner-id`, `spec.ownerId`).
+pub const MAX_OWNER_ID_BYTES: usize = 256;
 
 /// Picks the owner id: `--owner-id`, else `spec.ownerId`, else a fresh one unique to this process.
 pub fn owner_id(config: &WorkerConfig, flag: Option<String>) -> String {
@@ -75,6 +82,9 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), RuntimeError> {
+    if owner.len() > MAX_OWNER_ID_BYTES {
+        return Err(RuntimeError::OwnerIdTooLong(owner.len()));
+    }
     let spec = &config.spec;
     let resolved = &config.resolved;
     let durations = &resolved.durations;
@@ -113,7 +123,8 @@ pub async fn run(
     let runner = Runner::new(metrics.clone())
         .with_policy(RetryPolicy::from_spec(resolved, dead_letters))
         .with_publisher(Arc::new(kinesis.clone()))
-        .with_owner(owner);
+        .with_owner(owner)
+        .with_stuck_after(durations.graceful_timeout);
     let runner = match &spec.output {
         Some(output) => runner.with_output(output.stream.clone(), output.partition_key.clone()),
         None => runner,

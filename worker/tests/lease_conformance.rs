@@ -82,7 +82,7 @@ fn key(shard: u32) -> LeaseKey {
 }
 
 fn new_lease(key: &LeaseKey) -> NewLease {
-    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![] }
+    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![], stream_created: None }
 }
 
 async fn created(store: &dyn LeaseStore, key: &LeaseKey) -> Lease {
@@ -107,6 +107,7 @@ async fn create_if_absent_creates_once<H: Harness>(h: &H) {
         key: k.clone(),
         checkpoint: Checkpoint::Latest,
         parent_shard_ids: vec!["shardId-000000000007".into(), "shardId-000000000008".into()],
+        stream_created: None,
     };
     assert!(a.create_if_absent(&lease).await.unwrap());
     let first = read(&*a, &k).await;
@@ -119,6 +120,21 @@ async fn create_if_absent_creates_once<H: Harness>(h: &H) {
     parents.sort();
     assert_eq!(parents, vec!["shardId-000000000007", "shardId-000000000008"]);
     assert!(a.get(&key(1)).await.unwrap().is_none());
+}
+
+async fn replace_swaps_an_unchanged_row_and_revokes_its_holder<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let k = key(0);
+    let seen = created(&*a, &k).await;
+    let held = a.acquire(&seen).await.expect("taken");
+    let held = a.checkpoint(&held, &Checkpoint::Sequence("42".into())).await.expect("checkpoint");
+    let fresh = NewLease { stream_created: Some(1_700_000_000_000), ..new_lease(&k) };
+    assert!(a.replace(&seen, &fresh).await.expect_err("stale copy").is_not_held(), "refused on a changed row");
+    a.replace(&held, &fresh).await.expect("replaced");
+    let row = read(&*a, &k).await;
+    assert_eq!((row.owner.as_deref(), row.counter, row.checkpoint.clone()), (None, 0, Checkpoint::TrimHorizon));
+    assert_eq!(row.stream_created, Some(1_700_000_000_000));
+    assert!(a.renew(&held).await.expect_err("the old holder").is_not_held(), "the holder of the old row lost it");
 }
 
 async fn acquire_free_row_sets_owner_expiry_and_counter<H: Harness>(h: &H) {
@@ -545,6 +561,7 @@ macro_rules! suite {
                     listing_pages_through_every_row,
                     malformed_rows_are_reported_with_their_key_and_skipped,
                     delete_requires_an_unchanged_row,
+                    replace_swaps_an_unchanged_row_and_revokes_its_holder,
                     handoff_request_leaves_the_counter_and_release_to_transfers,
                     membership_rows_count_live_workers,
                 );

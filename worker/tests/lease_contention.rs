@@ -212,6 +212,7 @@ async fn eight_contenders_never_hold_a_row_together() {
                 key: key.clone(),
                 checkpoint: Checkpoint::TrimHorizon,
                 parent_shard_ids: vec![],
+                stream_created: None,
             })
             .await
             .unwrap();

@@ -24,6 +24,7 @@ fn new_lease() -> NewLease {
         key: LeaseKey::new("orders", "shardId-000000000000"),
         checkpoint: Checkpoint::Latest,
         parent_shard_ids: vec![],
+        stream_created: None,
     }
 }
 

@@ -96,9 +96,9 @@ async fn a_lease_table_outage_stops_processing_costs_little_and_heals() {
         let data = String::from_utf8_lossy(data);
         assert_eq!(counts.get(data.as_ref()), Some(&1), "{data}: written during or after the outage, processed once");
     }
-    assert!(
-        workers.iter().all(|w| w.stderr_text().contains("lease table reachable again")),
-        "the recovery is logged ({:?} after healing)",
-        healed.elapsed()
-    );
+    // A worker whose shards the other took may still be in its backoff (at most 5 s, doubled by jitter).
+    wait_for("both workers see the table again", Duration::from_secs(20), || {
+        workers.iter().all(|w| w.stderr_text().contains("lease table reachable again"))
+    });
+    println!("healed {:?} ago", healed.elapsed());
 }

@@ -43,11 +43,12 @@ where
         }
         _ => {
             let server_error = matches!(error, SdkError::ServiceError(e) if e.raw().status().is_server_error());
-            Fault::Service {
-                code: error.code().unwrap_or("Unknown").to_string(),
-                message: error.message().unwrap_or_default().to_string(),
-                server_error,
+            let code = error.code().unwrap_or("Unknown").to_string();
+            let message = error.message().unwrap_or_default().to_string();
+            if super::credentials::is_credentials_code(&code) {
+                super::credentials::refused(&code, &message);
             }
+            Fault::Service { code, message, server_error }
         }
     }
 }

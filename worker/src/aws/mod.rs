@@ -2,6 +2,7 @@
 //! sorting of SDK errors into what callers act on.
 
 mod config;
+pub mod credentials;
 mod fault;
 
 pub use config::{dynamodb_client, kinesis_client, sdk_config};

@@ -142,6 +142,7 @@ mod tests {
             checkpoint: Checkpoint::TrimHorizon,
             parent_shard_ids: vec![],
             handoff_to: None,
+            stream_created: None,
         }
     }
 

@@ -15,7 +15,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::discovery::ShardSync;
+use crate::discovery::{Incarnation, ShardSync};
 use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
 use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeaseStore, Member, renew_until_lost};
@@ -141,6 +141,7 @@ impl Coordinator {
             if let Err(e) = self.store.heartbeat().await {
                 self.metrics().lease_table_failures.inc();
                 self.outage.failed("membership heartbeat", &e, now);
+                self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
             }
         }
         let page = match self.store.list().await {
@@ -148,15 +149,17 @@ impl Coordinator {
             Err(e) => {
                 self.metrics().lease_table_failures.inc();
                 self.outage.failed("read", &e, now);
+                self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
                 // A takeover waiting for an expiry is retried after the backoff, not at once.
                 self.next_expiry = None;
                 return;
             }
         };
         self.outage.recovered();
+        self.metrics().lease_table_missing.set(0);
         for malformed in &page.malformed {
             if self.reported_malformed.insert(malformed.key.clone()) {
-                tracing::error!(row = %malformed.key, reason = %malformed.reason, "malformed lease row skipped");
+                tracing::error!(row = %clip(&malformed.key), reason = %clip(&malformed.reason), "malformed lease row skipped");
             }
         }
         self.remove_silent_members(&page.members).await;
@@ -188,6 +191,9 @@ impl Coordinator {
         }
         self.next_expiry = None;
         for lease in moves.take.into_iter().chain(moves.expired_candidates) {
+            if !self.same_incarnation(&lease).await {
+                continue;
+            }
             let sent = Instant::now();
             match self.store.acquire(&lease).await {
                 Ok(acquired) => self.start(acquired, sent).await,
@@ -196,6 +202,12 @@ impl Coordinator {
                     self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
                 }
                 Err(e @ LeaseError::NotObserved { .. }) => tracing::trace!(shard = %lease.key, error = %e, "not taken"),
+                Err(e @ LeaseError::ItemTooLarge { .. }) => {
+                    // Retried at every scan (an operator may trim the row), reported once like a malformed row.
+                    if self.reported_malformed.insert(lease.key.to_string()) {
+                        tracing::error!(row = %lease.key, error = %e, "lease row too large to take; skipped");
+                    }
+                }
                 Err(e) if e.is_not_held() => {
                     tracing::debug!(shard = %lease.key, error = %e, "lost the race for a lease")
                 }
@@ -210,6 +222,27 @@ impl Coordinator {
                 }
                 Err(e) => tracing::debug!(shard = %lease.key, error = %e, "handoff request not placed"),
             }
+        }
+    }
+
+    /// True when `lease` belongs to its stream as it exists now: a row of a former incarnation (the
+    /// stream deleted and recreated under its name) is never taken, since its checkpoint is about
+    /// another stream; the next shard sync, brought forward, replaces it.
+    async fn same_incarnation(&mut self, lease: &Lease) -> bool {
+        let Some(created) = lease.stream_created else { return true };
+        match self.sync.incarnation(lease.key.stream(), self.settings.renew_interval).await {
+            Incarnation::Known(now) if now == created => true,
+            Incarnation::Known(_) => {
+                tracing::info!(shard = %lease.key, "row of a former incarnation of its stream not taken; syncing shards");
+                self.next_sync = Instant::now();
+                false
+            }
+            Incarnation::Gone => {
+                tracing::debug!(shard = %lease.key, "stream gone; lease not taken");
+                false
+            }
+            // Cannot be told now (throttled, no permission): taken as before stamps existed.
+            Incarnation::Unknown => true,
         }
     }
 
@@ -291,6 +324,8 @@ impl Coordinator {
             ShardExit::Stopped { last } => (Some(last), running.give_to),
             ShardExit::Failed { reason, last } => {
                 tracing::error!(shard = %key, reason, "shard failed; releasing it");
+                // The stream may be gone or recreated: the next sync tells, soon rather than at its time.
+                self.next_sync = Instant::now();
                 (Some(last), None)
             }
         };
@@ -326,6 +361,14 @@ impl Coordinator {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
         }
         tracing::info!("worker stopped");
+    }
+}
+
+/// At most the first 200 characters of `text` (a row another tool wrote may hold 400 KB in one value).
+fn clip(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((end, _)) => format!("{}... ({} bytes)", &text[..end], text.len()),
+        None => text.to_string(),
     }
 }
 

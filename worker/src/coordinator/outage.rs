@@ -22,12 +22,21 @@ pub(super) struct TableOutage {
     unlogged: u64,
     logged_at: Option<Instant>,
     retry_at: Option<Instant>,
+    missing: bool,
 }
 
 impl TableOutage {
     /// An outage tracker whose first retry comes after `first_delay` (the scan interval).
     pub(super) fn new(first_delay: Duration) -> Self {
-        Self { first_delay, delays: delays(first_delay), failures: 0, unlogged: 0, logged_at: None, retry_at: None }
+        Self {
+            first_delay,
+            delays: delays(first_delay),
+            failures: 0,
+            unlogged: 0,
+            logged_at: None,
+            retry_at: None,
+            missing: false,
+        }
     }
 
     /// True when the table may be tried now.
@@ -41,6 +50,19 @@ impl TableOutage {
         self.unlogged += 1;
         let delay = self.delays.next().unwrap_or(MAX_DELAY);
         self.retry_at = Some(now + delay);
+        if let LeaseError::TableNotFound { table } = error
+            && !self.missing
+        {
+            self.missing = true;
+            // Recreating it here would start every shard again from its start position (every
+            // checkpoint is gone with the table): that is an operator's decision, not the worker's.
+            tracing::error!(
+                table,
+                what,
+                "the lease table does not exist (deleted?): leases run out and processing \
+                stops; the worker does not recreate it; recreate or restore it to resume"
+            );
+        }
         if self.logged_at.is_none_or(|at| now.duration_since(at) >= LOG_EVERY) {
             tracing::warn!(what, error = %error, failures = self.unlogged, total = self.failures, retry_in = ?delay,
                 "cannot use the lease table; backing off");
@@ -49,8 +71,16 @@ impl TableOutage {
         }
     }
 
+    /// True while the last failure said the table does not exist.
+    pub(super) fn is_missing(&self) -> bool {
+        self.missing
+    }
+
     /// Records that the table answered: the outage, if any, is over.
     pub(super) fn recovered(&mut self) {
+        if self.missing {
+            tracing::warn!("the lease table exists again: shards without a row start again from their start position");
+        }
         if self.failures > 0 {
             tracing::info!(failures = self.failures, "lease table reachable again");
             *self = Self::new(self.first_delay);

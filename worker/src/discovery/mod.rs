@@ -2,7 +2,12 @@
 
 mod plan;
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
 use regex::Regex;
+use tokio::time::Instant;
 
 use crate::kinesis::{Kinesis, KinesisError, ShardInfo};
 use crate::lease::{Checkpoint, Lease, LeaseKey, LeaseStore};
@@ -19,6 +24,17 @@ pub enum StreamSelection {
     Assigned(Vec<LeaseKey>),
 }
 
+/// What this worker can tell of a stream's incarnation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Incarnation {
+    /// The stream exists, created at this time (epoch ms).
+    Known(i64),
+    /// The stream does not exist.
+    Gone,
+    /// It cannot be told now (throttled, no permission, Kinesis unreachable).
+    Unknown,
+}
+
 /// What one sync did, for logs and metrics.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct SyncReport {
@@ -30,6 +46,8 @@ pub struct SyncReport {
     pub created: usize,
     /// Rows of finished shards deleted.
     pub deleted: usize,
+    /// Rows of a former incarnation of their stream (deleted and recreated) replaced or deleted.
+    pub foreign: usize,
     /// Streams that could not be listed, with why.
     pub failed: Vec<(String, String)>,
 }
@@ -40,12 +58,67 @@ pub struct ShardSync {
     kinesis: Kinesis,
     selection: StreamSelection,
     root_start: Checkpoint,
+    /// Each stream's creation time (epoch ms) as last described, and when.
+    incarnations: Arc<Mutex<HashMap<String, (i64, Instant)>>>,
 }
 
 impl ShardSync {
     /// Syncs `selection`'s shards; shards without parents start at `root_start`.
     pub fn new(kinesis: Kinesis, selection: StreamSelection, root_start: Checkpoint) -> Self {
-        Self { kinesis, selection, root_start }
+        Self { kinesis, selection, root_start, incarnations: Arc::default() }
+    }
+
+    /// Describes `stream`, remembering its creation time (forgotten when it cannot be described).
+    async fn describe(&self, stream: &str) -> Result<i64, KinesisError> {
+        let described = self.kinesis.stream_created(stream).await;
+        let mut known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+        match &described {
+            Ok(created) => {
+                known.insert(stream.to_string(), (*created, Instant::now()));
+            }
+            // Forgotten on any failure: never judged (or stamped) against a creation time that may be stale.
+            Err(_) => {
+                known.remove(stream);
+            }
+        }
+        described
+    }
+
+    /// `stream`'s incarnation, described again when the one known is older than `max_age`.
+    pub async fn incarnation(&self, stream: &str, max_age: Duration) -> Incarnation {
+        let cached = {
+            let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+            known.get(stream).filter(|(_, at)| at.elapsed() < max_age).map(|(created, _)| *created)
+        };
+        if let Some(created) = cached {
+            return Incarnation::Known(created);
+        }
+        match self.describe(stream).await {
+            Ok(created) => Incarnation::Known(created),
+            Err(KinesisError::StreamNotFound { .. }) => Incarnation::Gone,
+            Err(_) => Incarnation::Unknown,
+        }
+    }
+
+    /// True when `row` belongs to another incarnation of its stream than the one last described.
+    fn is_foreign(&self, row: &Lease) -> bool {
+        let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+        row.stream_created.is_some_and(|created| known.get(row.key.stream()).is_some_and(|(now, _)| *now != created))
+    }
+
+    /// Plans `listings` over `rows`: rows of a former incarnation of their stream are left out (and
+    /// returned), and a stream that has such rows is planned from TRIM_HORIZON (every record of the
+    /// new stream was written after the consumer began reading that name).
+    fn plan_rows(&self, listings: &[(String, Vec<ShardInfo>)], rows: &[Lease]) -> (SyncPlan, Vec<Lease>) {
+        let (foreign, current): (Vec<Lease>, Vec<Lease>) = rows.iter().cloned().partition(|row| self.is_foreign(row));
+        let recreated: HashSet<&str> = foreign.iter().map(|row| row.key.stream()).collect();
+        let (renewed, same): (Vec<_>, Vec<_>) =
+            listings.iter().cloned().partition(|(stream, _)| recreated.contains(stream.as_str()));
+        let mut planned = plan(&same, &current, &self.root_start);
+        let fresh = plan(&renewed, &current, &Checkpoint::TrimHorizon);
+        planned.create.extend(fresh.create);
+        planned.delete.extend(fresh.delete);
+        (planned, foreign)
     }
 
     async fn streams(&self) -> Result<Vec<String>, KinesisError> {
@@ -80,6 +153,19 @@ impl ShardSync {
         };
         let mut listings: Vec<(String, Vec<ShardInfo>)> = Vec::new();
         for stream in streams {
+            // Described first, so rows are stamped (and others judged) against the stream as listed.
+            match self.describe(&stream).await {
+                Ok(_) => {}
+                Err(e @ KinesisError::StreamNotFound { .. }) => {
+                    tracing::warn!(stream, error = %e, "cannot list shards; will retry at the next sync");
+                    report.failed.push((stream, e.to_string()));
+                    continue;
+                }
+                // Synced all the same (new rows unstamped), so a missing kinesis:DescribeStreamSummary
+                // permission or a throttled call does not stop the consumer.
+                Err(e) => tracing::warn!(stream, error = %e,
+                    "cannot describe stream; rows created now carry no stream_created (a recreation goes unnoticed)"),
+            }
             match self.kinesis.list_shards(&stream).await {
                 Ok(shards) => {
                     let shards = match &self.selection {
@@ -99,20 +185,39 @@ impl ShardSync {
                 }
             }
         }
-        let mut planned = plan(&listings, rows, &self.root_start);
+        let (mut planned, mut foreign) = self.plan_rows(&listings, rows);
         if creates_closed_shard(&planned, &listings) {
             // A closed shard gets a row only when nothing in the table says it was read (the first
             // start of its lineage). `rows` is as old as the listing calls; another worker may have read
             // the shard and cleaned it up since, so decide again on a fresh read, just before writing.
             match store.list().await {
-                Ok(fresh) => planned = plan(&listings, &fresh.leases, &self.root_start),
+                Ok(fresh) => (planned, foreign) = self.plan_rows(&listings, &fresh.leases),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the lease table again; rows created at the next sync");
                     planned.create.clear();
+                    foreign.clear();
                 }
             }
         }
-        let SyncPlan { create, delete } = planned;
+        let listed: HashSet<&str> = listings.iter().map(|(stream, _)| stream.as_str()).collect();
+        foreign.retain(|row| listed.contains(row.key.stream()));
+        let recreated: HashSet<&str> = foreign.iter().map(|row| row.key.stream()).collect();
+        for stream in recreated {
+            tracing::warn!(
+                stream,
+                rows = foreign.iter().filter(|r| r.key.stream() == stream).count(),
+                "the stream was deleted and recreated: the rows of its former incarnation are replaced, never \
+                 applied; the new stream is read from TRIM_HORIZON"
+            );
+        }
+        let mut foreign: HashMap<LeaseKey, Lease> = foreign.into_iter().map(|row| (row.key.clone(), row)).collect();
+        let SyncPlan { mut create, delete } = planned;
+        {
+            let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
+            for row in &mut create {
+                row.stream_created = known.get(row.key.stream()).map(|(created, _)| *created);
+            }
+        }
         // A descendant's row must never exist without its ancestors' (a closed shard with a row below it
         // counts as finished), so a row that cannot be written holds back its descendants until the
         // next sync. `create` lists parents first, so one pass catches every generation.
@@ -124,7 +229,14 @@ impl ShardSync {
                 held_back.insert(row.key.clone());
                 continue;
             }
-            match store.create_if_absent(&row).await {
+            let written = match foreign.remove(&row.key) {
+                Some(former) => store.replace(&former, &row).await.map(|()| {
+                    report.foreign += 1;
+                    true
+                }),
+                None => store.create_if_absent(&row).await,
+            };
+            match written {
                 Ok(true) => {
                     tracing::info!(shard = %row.key, checkpoint = %row.checkpoint, "lease row created");
                     report.created += 1;
@@ -134,6 +246,16 @@ impl ShardSync {
                     tracing::warn!(shard = %row.key, error = %e, "cannot create lease row; will retry");
                     held_back.insert(row.key.clone());
                 }
+            }
+        }
+        // Rows of a former incarnation whose shard the new stream does not have.
+        for row in foreign.into_values().filter(|row| !held_back.contains(&row.key)) {
+            match store.delete(&row).await {
+                Ok(()) => {
+                    tracing::info!(shard = %row.key, "row of a former incarnation of the stream removed");
+                    report.foreign += 1;
+                }
+                Err(e) => tracing::debug!(shard = %row.key, error = %e, "former incarnation's row not removed yet"),
             }
         }
         for row in delete {
@@ -158,4 +280,78 @@ fn creates_closed_shard(planned: &SyncPlan, listings: &[(String, Vec<ShardInfo>)
         })
         .collect();
     planned.create.iter().any(|row| closed.contains(&row.key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sync(root_start: Checkpoint) -> ShardSync {
+        let config = aws_sdk_kinesis::Config::builder()
+            .behavior_version(aws_sdk_kinesis::config::BehaviorVersion::latest())
+            .region(aws_sdk_kinesis::config::Region::new("us-east-1"))
+            .build();
+        let kinesis = Kinesis::new(aws_sdk_kinesis::Client::from_conf(config));
+        ShardSync::new(kinesis, StreamSelection::Named(vec!["s".into()]), root_start)
+    }
+
+    fn row(shard: &str, checkpoint: Checkpoint, stream_created: Option<i64>) -> Lease {
+        Lease {
+            key: LeaseKey::new("s", shard),
+            owner: None,
+            expiry_ms: None,
+            counter: 3,
+            checkpoint,
+            parent_shard_ids: vec![],
+            handoff_to: None,
+            stream_created,
+        }
+    }
+
+    fn open(id: &str) -> ShardInfo {
+        ShardInfo { id: id.into(), parents: vec![], closed: false }
+    }
+
+    #[test]
+    fn rows_of_a_former_incarnation_are_left_out_and_the_new_stream_starts_at_trim_horizon() {
+        let sync = sync(Checkpoint::Latest);
+        sync.incarnations.lock().unwrap().insert("s".into(), (2_000, Instant::now()));
+        let listings = vec![("s".to_string(), vec![open("shardId-000000000000"), open("shardId-000000000001")])];
+        let rows = vec![
+            row("shardId-000000000000", Checkpoint::Sequence("49".into()), Some(1_000)),
+            row("shardId-000000000001", Checkpoint::ShardEnd, Some(1_000)),
+            row("shardId-000000000002", Checkpoint::Sequence("50".into()), Some(1_000)),
+        ];
+        let (planned, foreign) = sync.plan_rows(&listings, &rows);
+        assert_eq!(foreign.len(), 3, "every row of the former stream is foreign");
+        let created: Vec<(String, Checkpoint)> =
+            planned.create.iter().map(|n| (n.key.shard_id().to_string(), n.checkpoint.clone())).collect();
+        assert_eq!(
+            created,
+            vec![
+                ("shardId-000000000000".to_string(), Checkpoint::TrimHorizon),
+                ("shardId-000000000001".to_string(), Checkpoint::TrimHorizon)
+            ],
+            "the new stream's shards from TRIM_HORIZON, not LATEST and not the old checkpoints"
+        );
+        assert!(planned.delete.is_empty());
+    }
+
+    #[test]
+    fn current_and_unstamped_rows_are_kept() {
+        let sync = sync(Checkpoint::TrimHorizon);
+        sync.incarnations.lock().unwrap().insert("s".into(), (2_000, Instant::now()));
+        let listings = vec![("s".to_string(), vec![open("shardId-000000000000"), open("shardId-000000000001")])];
+        let rows = vec![
+            row("shardId-000000000000", Checkpoint::Sequence("49".into()), Some(2_000)),
+            row("shardId-000000000001", Checkpoint::Sequence("50".into()), None),
+        ];
+        let (planned, foreign) = sync.plan_rows(&listings, &rows);
+        assert!(foreign.is_empty());
+        assert!(planned.create.is_empty(), "both shards are tracked: {:?}", planned.create);
+        // Nothing known of the stream (it could not be described): nothing is judged foreign.
+        sync.incarnations.lock().unwrap().clear();
+        let stale = vec![row("shardId-000000000000", Checkpoint::Sequence("49".into()), Some(1_000))];
+        assert!(sync.plan_rows(&listings, &stale).1.is_empty());
+    }
 }

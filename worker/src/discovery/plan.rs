@@ -60,6 +60,7 @@ pub fn plan(listings: &[(String, Vec<ShardInfo>)], rows: &[Lease], root_start: &
                 key: LeaseKey::new(stream.as_str(), shard.id.as_str()),
                 checkpoint,
                 parent_shard_ids: shard.parents.clone(),
+                stream_created: None,
             });
         }
         for row in rows.iter().filter(|row| row.key.stream() == stream) {

@@ -12,6 +12,7 @@
 
 mod requeue;
 mod retry;
+mod stuck;
 mod watermark;
 
 use std::collections::hash_map::{Entry, RandomState};

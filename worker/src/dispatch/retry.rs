@@ -113,6 +113,7 @@ pub struct Runner {
     output: Option<(String, Option<String>)>,
     metrics: Arc<Metrics>,
     owner: String,
+    stuck_after: Duration,
 }
 
 impl std::fmt::Debug for Runner {
@@ -133,7 +134,15 @@ impl Drop for InFlight<'_> {
 impl Runner {
     /// A runner with the default policy (see [`RetryPolicy::default`]) and no publisher.
     pub fn new(metrics: Arc<Metrics>) -> Self {
-        Self { policy: RetryPolicy::default(), publisher: None, output: None, metrics, owner: String::new() }
+        let stuck_after = ResolvedSpec::default().durations.graceful_timeout;
+        Self {
+            policy: RetryPolicy::default(),
+            publisher: None,
+            output: None,
+            metrics,
+            owner: String::new(),
+            stuck_after,
+        }
     }
 
     /// Uses `policy`.
@@ -160,6 +169,12 @@ impl Runner {
         self
     }
 
+    /// Reports a processing call that has not returned after `after` as stuck (see `stuck.rs`).
+    pub fn with_stuck_after(mut self, after: Duration) -> Self {
+        self.stuck_after = after;
+        self
+    }
+
     /// The metrics it counts into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -183,7 +198,8 @@ impl Runner {
         loop {
             attempt += 1;
             let mut outputs = Outputs::default();
-            let processed = match processor.process(record, &mut outputs).await {
+            let call = processor.process(record, &mut outputs);
+            let processed = match super::stuck::watch(call, record, self.stuck_after, &self.metrics).await {
                 Ok(()) => self.publish_outputs(outputs, stop).await,
                 Err(error) => Err(error),
             };

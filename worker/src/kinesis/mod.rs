@@ -168,6 +168,23 @@ impl Kinesis {
         }
     }
 
+    /// When `stream` was created, epoch ms: what tells one incarnation of a stream name from the next.
+    pub async fn stream_created(&self, stream: &str) -> Result<i64> {
+        let out = self
+            .client
+            .describe_stream_summary()
+            .stream_name(stream)
+            .send()
+            .await
+            .map_err(|e| KinesisError::from_sdk(e, stream))?;
+        let created = out.stream_description_summary.map(|s| s.stream_creation_timestamp);
+        created.and_then(|t| t.to_millis().ok()).ok_or_else(|| KinesisError::Service {
+            code: "NoCreationTimestamp".into(),
+            message: format!("DescribeStreamSummary of {stream} gave no StreamCreationTimestamp"),
+            retryable: true,
+        })
+    }
+
     /// Every shard of `stream` (open and closed but retained), following NextToken paging.
     pub async fn list_shards(&self, stream: &str) -> Result<Vec<ShardInfo>> {
         let mut shards = Vec::new();

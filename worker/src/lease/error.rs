@@ -69,6 +69,19 @@ pub enum LeaseError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The write would make the row larger than DynamoDB's 400 KB item limit: something other than
+    /// the worker made it that large (the worker's own attributes stay under 1 KB). Not retryable: the
+    /// row is skipped and reported until an operator trims it.
+    #[error(
+        "lease {key}: {operation} refused: the row would exceed DynamoDB's 400 KB item limit (remove the \
+         attributes another tool added to it)"
+    )]
+    ItemTooLarge {
+        /// The row.
+        key: LeaseKey,
+        /// The refused operation.
+        operation: &'static str,
+    },
     /// The lease table does not exist.
     #[error("lease table {table} does not exist")]
     TableNotFound {

@@ -114,6 +114,19 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(true)
     }
 
+    async fn replace(&self, seen: &Lease, new: &NewLease) -> Result<()> {
+        let mut rows = self.table.rows();
+        let key = seen.key.to_string();
+        let unchanged =
+            rows.get(&key).and_then(|attrs| decode(attrs).ok()).is_some_and(|row| row.counter == seen.counter);
+        if !unchanged || new.key != seen.key {
+            return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "replace" });
+        }
+        rows.insert(key, encode_new(new));
+        self.observer.forget(&seen.key);
+        Ok(())
+    }
+
     async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>> {
         let attrs = self.table.rows().get(&key.to_string()).cloned();
         let Some(attrs) = attrs else { return Ok(None) };

@@ -110,6 +110,11 @@ pub trait LeaseStore: Send + Sync {
     /// counter, only if the row is unchanged since `seen` and carries no other request.
     async fn request_handoff(&self, seen: &Lease) -> Result<Lease>;
 
+    /// Replaces a row with a fresh one (`new`, counter 0, no owner), only if it is unchanged since
+    /// `seen` was read: a row of a former incarnation of its stream, swapped in one write so the shard
+    /// is never without a row. A holder of the old row loses it at its next write.
+    async fn replace(&self, seen: &Lease, new: &NewLease) -> Result<()>;
+
     /// Deletes a row (cleanup of finished shards), only if it is unchanged since `seen` was read.
     async fn delete(&self, seen: &Lease) -> Result<()>;
 

@@ -30,6 +30,11 @@ pub mod attr {
     /// A worker asking the holder to hand the lease over (S); written without moving the counter, so
     /// it never disturbs the holder's renewals or anyone's expiry watch. Cleared by the handover.
     pub const HANDOFF_TO: &str = "handoff_to";
+    /// When the stream this row belongs to was created, epoch ms (N): which incarnation of a stream
+    /// name the row's checkpoint is about. A row stamped with another creation time than the stream's
+    /// (deleted and recreated under the same name) is replaced, never applied. Absent on rows written
+    /// before it existed, which count as the current stream's.
+    pub const STREAM_CREATED: &str = "stream_created";
 }
 
 /// `lease_key` prefix of membership rows: one per live worker, `#worker:<owner>`, renewed like a lease
@@ -70,6 +75,8 @@ pub struct Lease {
     pub parent_shard_ids: Vec<String>,
     /// A worker that asked the holder to hand this lease over.
     pub handoff_to: Option<String>,
+    /// When the row's stream was created (epoch ms), `None` on rows written before it was recorded.
+    pub stream_created: Option<i64>,
 }
 
 impl Lease {
@@ -88,6 +95,8 @@ pub struct NewLease {
     pub checkpoint: Checkpoint,
     /// The shard's parents, empty for a shard that has none.
     pub parent_shard_ids: Vec<String>,
+    /// When the shard's stream was created (epoch ms), as described when the row was planned.
+    pub stream_created: Option<i64>,
 }
 
 /// Why a row could not be read as a [`Lease`].
@@ -157,7 +166,8 @@ pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
         }
     };
     let handoff_to = string(attrs, attr::HANDOFF_TO).map_err(malformed)?;
-    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to })
+    let stream_created = number(attrs, attr::STREAM_CREATED).map_err(malformed)?;
+    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to, stream_created })
 }
 
 /// A worker's membership row as read.
@@ -228,6 +238,9 @@ pub fn encode_new(lease: &NewLease) -> Attributes {
     if !lease.parent_shard_ids.is_empty() {
         attrs.insert(attr::PARENT_SHARD_IDS.into(), AttrValue::Ss(lease.parent_shard_ids.clone()));
     }
+    if let Some(created) = lease.stream_created {
+        attrs.insert(attr::STREAM_CREATED.into(), AttrValue::N(created.to_string()));
+    }
     attrs
 }
 
@@ -245,8 +258,10 @@ mod tests {
             key: LeaseKey::new("s", "shardId-000000000002"),
             checkpoint: Checkpoint::TrimHorizon,
             parent_shard_ids: vec!["shardId-000000000000".into()],
+            stream_created: Some(1_700_000_000_123),
         };
         let lease = decode(&encode_new(&new)).expect("valid row");
+        assert_eq!(lease.stream_created, Some(1_700_000_000_123));
         assert_eq!(lease.key, new.key);
         assert_eq!((lease.owner, lease.expiry_ms, lease.counter), (None, None, 0));
         assert_eq!(lease.parent_shard_ids, new.parent_shard_ids);
@@ -258,6 +273,7 @@ mod tests {
             key: LeaseKey::new("s", "shardId-000000000000"),
             checkpoint: Checkpoint::TrimHorizon,
             parent_shard_ids: vec![],
+            stream_created: None,
         });
         let inside = Checkpoint::SubSequence { sequence: "123".into(), sub_sequence: 41 };
         put_checkpoint(&mut attrs, &inside);

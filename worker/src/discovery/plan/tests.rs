@@ -16,6 +16,7 @@ fn row(shard: &str, checkpoint: Checkpoint, counter: u64, parents: &[&str]) -> L
         checkpoint,
         parent_shard_ids: parents.iter().map(|p| p.to_string()).collect(),
         handoff_to: None,
+        stream_created: None,
     }
 }
 

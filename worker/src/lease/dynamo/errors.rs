@@ -31,6 +31,9 @@ where
                 LeaseError::ConditionFailed { key: key.clone(), operation: request.operation }
             }
             ("ResourceNotFoundException", _) => LeaseError::TableNotFound { table },
+            ("ValidationException", Some(key)) if message.contains("maximum allowed size") => {
+                LeaseError::ItemTooLarge { key: key.clone(), operation: request.operation }
+            }
             ("InternalServerError" | "InternalFailure" | "ServiceUnavailable", _) => {
                 LeaseError::Service { table, code, message, retryable: true }
             }

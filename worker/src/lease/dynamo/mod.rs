@@ -144,6 +144,23 @@ impl LeaseStore for DynamoLeaseStore {
         }
     }
 
+    async fn replace(&self, seen: &Lease, new: &NewLease) -> Result<()> {
+        if new.key != seen.key {
+            return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "replace" });
+        }
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(&encode_new(new))))
+            .condition_expression("lease_counter = :counter")
+            .expression_attribute_values(":counter", AttributeValue::N(seen.counter.to_string()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(&seen.key), "replace")))?;
+        self.observer.forget(&seen.key);
+        Ok(())
+    }
+
     async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>> {
         let out = self
             .client

@@ -36,7 +36,7 @@ pub fn is_credentials_code(code: &str) -> bool {
     CODES.contains(&code)
 }
 
-/// The process-wide counter (registered by every [`Metrics`](crate::metrics::Metrics)).
+/// The process-wide counter (every worker `Metrics` registry serves it).
 pub fn failures() -> Counter {
     FAILURES.clone()
 }

@@ -102,6 +102,12 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
         "seed {seed}: stream {stream} ({shards} shards), table {table}, {}",
         if keyed { "ordering: key, concurrency 4" } else { "ordering: shard" }
     ));
+    // One skewed clock from the start in every round; the nemesis moves it and others later.
+    if let Some(file) = &cluster.slots[0].lock().await.skew_file {
+        let offset = nemesis::OFFSETS[rng.below(nemesis::OFFSETS.len() as u64 - 1) as usize];
+        std::fs::write(file, format!("{offset}\n")).expect("skew file");
+        cluster.note(format!("wall clock of slot w0 set {offset} s off"));
+    }
     for slot in &cluster.slots {
         let mut slot = slot.lock().await;
         cluster.start_worker(&mut slot, false).await;
@@ -156,22 +162,25 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
     let incarnations = cluster.take_all();
     let log = cluster.log.lock().expect("write log").clone();
     let rules = checker::Rules { lease: LEASE, margin: MARGIN };
-    let verdict = checker::check(&incarnations, &log, &written, &rules);
+    let seen = checker::deliveries(&incarnations);
+    let facts: Vec<checker::Facts> = incarnations.iter().map(checker::Facts::of).collect();
+    let verdict = checker::check(&seen, &facts, &log, &written, &rules);
     let actions = cluster.history.lock().expect("history").len();
     let summary = format!(
-        "{} records, {} deliveries, {} repeats, {} lease writes, {} takeovers, {} incarnations, {actions} history entries",
+        "{} records, {} deliveries, {} repeats, {} lease writes, {} takeovers, {} incarnations, {actions} history entries, {} lease writes with a skewed wall clock",
         verdict.expected,
         verdict.deliveries,
         verdict.repeats,
         verdict.writes,
         verdict.takeovers,
-        incarnations.len()
+        incarnations.len(),
+        verdict.skewed_writes
     );
     let _ = std::fs::remove_dir_all(&dir);
     if verdict.violations.is_empty() {
         Ok(summary)
     } else {
-        Err(format!("{}\n{summary}", checker::report(seed, &cluster, &verdict, &log, &incarnations)))
+        Err(format!("{}\n{summary}", checker::report(seed, &cluster, &verdict, &log, &seen)))
     }
 }
 

@@ -11,6 +11,39 @@ use leasehold_testkit::process::Delivery;
 use serde_json::Value;
 
 use crate::cluster::{Cluster, End, Incarnation};
+
+/// What the checker needs of a worker process besides its deliveries.
+#[derive(Debug, Clone)]
+pub struct Facts {
+    /// The incarnation's id.
+    pub id: String,
+    /// When and how it ended.
+    pub end: Option<(Instant, End)>,
+    /// Lease-threatening faults it suffered (from, to, what).
+    pub faults: Vec<(Instant, Instant, String)>,
+    /// Its exit status.
+    pub exit: Option<std::process::ExitStatus>,
+}
+
+impl Facts {
+    /// The facts of `incarnation`.
+    pub fn of(incarnation: &Incarnation) -> Self {
+        Self {
+            id: incarnation.id.clone(),
+            end: incarnation.end,
+            faults: incarnation.faults.clone(),
+            exit: incarnation.exit,
+        }
+    }
+}
+
+/// Every delivery of every incarnation.
+pub fn deliveries(incarnations: &[Incarnation]) -> Vec<Seen> {
+    incarnations
+        .iter()
+        .flat_map(|i| i.process.deliveries().into_iter().map(|d| Seen { by: i.id.clone(), delivery: d }))
+        .collect()
+}
 use crate::common::{data_number, sequence_cmp};
 
 /// What a lease write did to its row, read from its request and its answer.
@@ -53,6 +86,8 @@ pub struct Write {
     pub checkpoint_written: Option<String>,
     /// The row's checkpoint afterwards (for an acquire: where the new holder starts).
     pub checkpoint_after: Option<String>,
+    /// The `lease_expiry` written (the writer's wall clock plus a lease), epoch ms.
+    pub expiry_ms: Option<i64>,
     /// When it reached the proxy / went upstream / was answered.
     pub arrived: Instant,
     /// See `arrived`.
@@ -113,6 +148,7 @@ pub fn parse(write: &LeaseWrite) -> Option<Write> {
         owner,
         checkpoint_written: s(values, &[":checkpoint", "S"]).map(str::to_string),
         checkpoint_after: checkpoint_after.map(str::to_string),
+        expiry_ms: s(values, &[":expiry", "N"]).and_then(|n| n.parse().ok()),
         arrived: write.arrived,
         forwarded: write.forwarded,
         answered: write.answered,
@@ -180,24 +216,34 @@ pub struct Verdict {
     pub writes: usize,
     /// Takeovers of a row held by another incarnation.
     pub takeovers: usize,
+    /// Writes whose `lease_expiry` shows the writer's wall clock more than a minute off (proof that
+    /// the skew reached the workers).
+    pub skewed_writes: usize,
 }
 
 /// Checks every rule over a finished round.
 pub fn check(
-    incarnations: &[Incarnation],
+    seen: &[Seen],
+    incarnations: &[Facts],
     log: &[LeaseWrite],
     expected: &[(String, Vec<u8>)],
     rules: &Rules,
 ) -> Verdict {
     let mut verdict = Verdict { expected: expected.len(), ..Verdict::default() };
-    let seen: Vec<Seen> = incarnations
-        .iter()
-        .flat_map(|i| i.process.deliveries().into_iter().map(|d| Seen { by: i.id.clone(), delivery: d }))
-        .collect();
     verdict.deliveries = seen.len();
-    let by_id: HashMap<&str, &Incarnation> = incarnations.iter().map(|i| (i.id.as_str(), i)).collect();
+    let by_id: HashMap<&str, &Facts> = incarnations.iter().map(|i| (i.id.as_str(), i)).collect();
     let mut writes: Vec<Write> = log.iter().filter_map(parse).collect();
     verdict.writes = writes.len();
+    let (now, now_wall) = (Instant::now(), std::time::SystemTime::now());
+    let wall_ms = |at: Instant| {
+        let then = now_wall - now.saturating_duration_since(at);
+        then.duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis() as i64
+    };
+    verdict.skewed_writes = writes
+        .iter()
+        .filter_map(|w| w.expiry_ms.map(|e| e - rules.lease.as_millis() as i64 - wall_ms(w.forwarded)))
+        .filter(|skew| skew.abs() > 60_000)
+        .count();
     // Commit order per row: the counter every accepted write moved (ties: a handoff request, which
     // moves none, after the write whose counter it saw; a delete after the write it was conditioned on).
     writes.sort_by(|a, b| {
@@ -211,13 +257,13 @@ pub fn check(
     for w in &writes {
         by_key.entry(w.key.as_str()).or_default().push(w);
     }
-    check_lost(&seen, expected, &mut verdict);
+    check_lost(seen, expected, &mut verdict);
     for (key, list) in &by_key {
         check_holders(key, list, &by_id, rules, &mut verdict);
     }
-    check_deadlines(&seen, &by_key, rules, &mut verdict);
-    check_order(&seen, &by_key, rules, &mut verdict);
-    check_repeats(&seen, &by_key, &by_id, rules, &mut verdict);
+    check_deadlines(seen, &by_key, rules, &mut verdict);
+    check_order(seen, &by_key, rules, &mut verdict);
+    check_repeats(seen, &by_key, &by_id, rules, &mut verdict);
     check_exits(incarnations, &mut verdict);
     verdict
 }
@@ -241,13 +287,7 @@ fn check_lost(seen: &[Seen], expected: &[(String, Vec<u8>)], verdict: &mut Verdi
 }
 
 /// One holder at a time, and only the holder writes: replays a row's accepted writes in commit order.
-fn check_holders(
-    key: &str,
-    list: &[&Write],
-    by_id: &HashMap<&str, &Incarnation>,
-    rules: &Rules,
-    verdict: &mut Verdict,
-) {
+fn check_holders(key: &str, list: &[&Write], by_id: &HashMap<&str, &Facts>, rules: &Rules, verdict: &mut Verdict) {
     // The incarnation holding the row and its deadline: its last acquire or renewal's arrival plus a
     // lease (arrival is no earlier than sending, so this deadline is no earlier than the worker's own).
     let mut holder: Option<(&str, Instant)> = None;
@@ -347,8 +387,7 @@ fn check_deadlines(seen: &[Seen], by_key: &BTreeMap<&str, Vec<&Write>>, rules: &
         let key = s.key();
         let mine = cache.entry((key.clone(), s.by.clone())).or_insert_with(|| writes_of(by_key, &key, &s.by));
         let t = s.delivery.seen_at;
-        let last_renewal =
-            mine.iter().filter(|w| matches!(w.kind, Kind::Acquire | Kind::Renew) && w.arrived <= t).last();
+        let last_renewal = mine.iter().rfind(|w| matches!(w.kind, Kind::Acquire | Kind::Renew) && w.arrived <= t);
         let problem = match last_renewal {
             None => Some("without ever holding its lease".to_string()),
             Some(r) if t > r.arrived + rules.lease + rules.margin => {
@@ -448,7 +487,7 @@ fn check_order(seen: &[Seen], by_key: &BTreeMap<&str, Vec<&Write>>, rules: &Rule
 fn check_repeats(
     seen: &[Seen],
     by_key: &BTreeMap<&str, Vec<&Write>>,
-    by_id: &HashMap<&str, &Incarnation>,
+    by_id: &HashMap<&str, &Facts>,
     rules: &Rules,
     verdict: &mut Verdict,
 ) {
@@ -476,8 +515,7 @@ fn check_repeats(
             // Where the later holding started: the later processor's acquire before it.
             let start = writes_of(by_key, &key, &later.by)
                 .into_iter()
-                .filter(|w| w.kind == Kind::Acquire && w.arrived <= later.delivery.seen_at)
-                .last();
+                .rfind(|w| w.kind == Kind::Acquire && w.arrived <= later.delivery.seen_at);
             let Some(start) = start else { continue }; // reported by the deadline rule
             if start.arrived < earlier.delivery.seen_at && earlier.by == later.by {
                 verdict.violations.push(violation("processed twice within one holding".into()));
@@ -518,7 +556,7 @@ fn check_repeats(
 }
 
 /// Every worker stopped with SIGTERM exits cleanly (status 0) within its patience.
-fn check_exits(incarnations: &[Incarnation], verdict: &mut Verdict) {
+fn check_exits(incarnations: &[Facts], verdict: &mut Verdict) {
     for i in incarnations {
         if let Some((at, End::Terminated | End::Final)) = i.end
             && !i.exit.is_some_and(|s| s.success())
@@ -535,13 +573,7 @@ fn check_exits(incarnations: &[Incarnation], verdict: &mut Verdict) {
 
 /// The failure report: the seed, each broken rule, and around it the nemesis history, the row's writes
 /// and the deliveries concerned.
-pub fn report(
-    seed: u64,
-    cluster: &Cluster,
-    verdict: &Verdict,
-    log: &[LeaseWrite],
-    incarnations: &[Incarnation],
-) -> String {
+pub fn report(seed: u64, cluster: &Cluster, verdict: &Verdict, log: &[LeaseWrite], seen: &[Seen]) -> String {
     let mut out = format!(
         "chaos round with seed {seed} broke {} rule(s); replay with LEASEHOLD_CHAOS_SEED={seed} LEASEHOLD_CHAOS_ROUNDS=1 make chaos\n",
         verdict.violations.len()
@@ -573,20 +605,15 @@ pub fn report(
             }
             let shard = key.rsplit(':').next().unwrap_or_default();
             out.push_str(&format!("--- deliveries of {shard} within 1 s:\n"));
-            let mut lines: Vec<(Instant, String)> = incarnations
+            let mut lines: Vec<(Instant, String)> = seen
                 .iter()
-                .flat_map(|i| {
-                    i.process
-                        .deliveries()
-                        .into_iter()
-                        .filter(|d| {
-                            d.shard_id == shard
-                                && d.seen_at + Duration::from_secs(1) >= v.at
-                                && d.seen_at <= v.at + Duration::from_secs(1)
-                        })
-                        .map(|d| (d.seen_at, format!("{} {} {}", i.id, d.sequence_number, d.data)))
-                        .collect::<Vec<_>>()
+                .filter(|s| {
+                    let d = &s.delivery;
+                    d.shard_id == shard
+                        && d.seen_at + Duration::from_secs(1) >= v.at
+                        && d.seen_at <= v.at + Duration::from_secs(1)
                 })
+                .map(|s| (s.delivery.seen_at, format!("{} {} {}", s.by, s.delivery.sequence_number, s.delivery.data)))
                 .collect();
             lines.sort();
             for (t, line) in lines.iter().take(40) {
@@ -599,4 +626,198 @@ pub fn report(
         out.push_str(&format!("  {} {what}\n", cluster.at(*t)));
     }
     out
+}
+
+/// The checker on made-up histories: each rule passes a history that keeps it and fails one that
+/// breaks it (so a green chaos round means something).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const KEY: &str = "s:shardId-000000000000";
+
+    struct History {
+        zero: Instant,
+        log: Vec<LeaseWrite>,
+        seen: Vec<Seen>,
+        facts: Vec<Facts>,
+        counter: u64,
+    }
+
+    impl History {
+        fn new() -> Self {
+            let facts = ["a", "b"]
+                .iter()
+                .map(|id| Facts { id: id.to_string(), end: None, faults: vec![], exit: None })
+                .collect();
+            Self { zero: Instant::now(), log: vec![], seen: vec![], facts, counter: 0 }
+        }
+
+        fn t(&self, ms: u64) -> Instant {
+            self.zero + Duration::from_millis(ms)
+        }
+
+        fn write(&mut self, by: &str, ms: u64, expression: &str, checkpoint: Option<&str>) {
+            self.counter += 1;
+            let mut values = json!({":me": {"S": by}});
+            let mut attributes = json!({"lease_key": {"S": KEY}, "lease_counter": {"N": self.counter.to_string()}});
+            if let Some(c) = checkpoint {
+                values[":checkpoint"] = json!({"S": c});
+                attributes["checkpoint"] = json!({"S": c});
+            }
+            if !expression.starts_with("REMOVE lease_owner") {
+                attributes["lease_owner"] = json!({"S": by});
+            }
+            let at = self.t(ms);
+            self.log.push(LeaseWrite {
+                by: by.into(),
+                operation: "UpdateItem".into(),
+                request: json!({"Key": {"lease_key": {"S": KEY}}, "UpdateExpression": expression,
+                    "ExpressionAttributeValues": values}),
+                response: json!({ "Attributes": attributes }),
+                arrived: at,
+                forwarded: at,
+                answered: at + Duration::from_millis(5),
+            });
+        }
+
+        fn acquire(&mut self, by: &str, ms: u64, from: &str) {
+            self.write(
+                by,
+                ms,
+                "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = lease_counter + :one",
+                Some(from),
+            );
+        }
+
+        fn renew(&mut self, by: &str, ms: u64) {
+            self.write(by, ms, "SET lease_expiry = :expiry, lease_counter = lease_counter + :one", None);
+        }
+
+        fn checkpoint(&mut self, by: &str, ms: u64, at: &str) {
+            self.write(by, ms, "SET checkpoint = :checkpoint, lease_counter = lease_counter + :one", Some(at));
+        }
+
+        fn release(&mut self, by: &str, ms: u64, at: &str) {
+            self.write(
+                by,
+                ms,
+                "REMOVE lease_owner, lease_expiry, handoff_to SET lease_counter = lease_counter + :one",
+                Some(at),
+            );
+        }
+
+        fn deliver(&mut self, by: &str, ms: u64, n: u64) {
+            let delivery = Delivery {
+                stream: "s".into(),
+                shard_id: "shardId-000000000000".into(),
+                sequence_number: format!("{}", 100 + n),
+                partition_key: "k".into(),
+                data: format!("k:{n}"),
+                owner: by.into(),
+                seen_at: self.t(ms),
+            };
+            self.seen.push(Seen { by: by.into(), delivery });
+        }
+
+        fn fault(&mut self, by: &str, from: u64, to: u64) {
+            let (from, to) = (self.t(from), self.t(to));
+            self.facts.iter_mut().find(|f| f.id == by).expect("incarnation").faults.push((from, to, "SIGKILL".into()));
+        }
+
+        fn rules_broken(&self, records: u64) -> Vec<&'static str> {
+            let expected: Vec<(String, Vec<u8>)> =
+                (0..records).map(|n| ("k".into(), format!("k:{n}").into_bytes())).collect();
+            let rules = Rules { lease: Duration::from_secs(2), margin: Duration::from_millis(300) };
+            let verdict = check(&self.seen, &self.facts, &self.log, &expected, &rules);
+            verdict.violations.iter().map(|v| v.rule).collect()
+        }
+    }
+
+    /// a processes 0..3 and checkpoints 1; it is killed; b takes over after a's deadline from 1.
+    fn crash_and_takeover() -> History {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.deliver("a", 100, 0);
+        h.deliver("a", 200, 1);
+        h.checkpoint("a", 300, "101");
+        h.renew("a", 500);
+        h.deliver("a", 600, 2);
+        h.fault("a", 700, 700);
+        h.acquire("b", 2600, "101");
+        h.deliver("b", 2700, 2);
+        h.deliver("b", 2800, 3);
+        h
+    }
+
+    #[test]
+    fn a_repeat_after_a_crash_and_a_late_takeover_break_nothing() {
+        assert_eq!(crash_and_takeover().rules_broken(4), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_lost_record_is_found() {
+        assert_eq!(crash_and_takeover().rules_broken(5), vec!["nothing lost"]);
+    }
+
+    #[test]
+    fn a_repeat_without_a_fault_is_found() {
+        let mut h = crash_and_takeover();
+        h.facts[0].faults.clear();
+        assert_eq!(h.rules_broken(4), vec!["repeats only inside a crash window"]);
+    }
+
+    #[test]
+    fn a_repeat_of_a_checkpointed_record_is_found() {
+        let mut h = crash_and_takeover();
+        h.deliver("b", 2900, 1);
+        assert!(h.rules_broken(4).contains(&"repeats only inside a crash window"));
+    }
+
+    #[test]
+    fn a_takeover_before_the_deadline_is_found() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.renew("a", 1000);
+        h.acquire("b", 2500, "TRIM_HORIZON");
+        assert_eq!(h.rules_broken(0), vec!["one holder at a time"]);
+    }
+
+    #[test]
+    fn a_release_lets_the_next_holder_in_at_once() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.deliver("a", 100, 0);
+        h.release("a", 200, "100");
+        h.acquire("b", 300, "100");
+        h.deliver("b", 400, 1);
+        assert_eq!(h.rules_broken(2), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn processing_after_the_deadline_is_found() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.deliver("a", 2500, 0);
+        assert_eq!(h.rules_broken(1), vec!["nothing processed after the deadline"]);
+    }
+
+    #[test]
+    fn a_checkpoint_by_a_non_holder_is_found() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.acquire("b", 2100, "TRIM_HORIZON");
+        h.checkpoint("a", 2200, "100");
+        assert_eq!(h.rules_broken(0), vec!["only the holder writes"]);
+    }
+
+    #[test]
+    fn a_key_going_backwards_within_a_holding_is_found() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.deliver("a", 100, 1);
+        h.deliver("a", 200, 0);
+        assert!(h.rules_broken(2).contains(&"per-key order"));
+    }
 }

@@ -10,6 +10,9 @@ use leasehold_testkit::nemesis::SeededRng;
 
 use crate::cluster::{Cluster, End, Slot};
 
+/// Wall-clock offsets (seconds, libfaketime's syntax) the nemesis sets on skewed slots.
+pub const OFFSETS: &[&str] = &["+3600", "-3600", "+86400", "-600", "+90", "-90", "+0"];
+
 /// What the nemesis may do, and how long a lease lasts (stops and cuts are sized against it).
 pub struct Plan {
     /// The workers' lease duration.
@@ -166,7 +169,6 @@ async fn episode(cluster: &Cluster, plan: &Plan, rng: &mut SeededRng, slot: &mut
         }
         Action::Skew => {
             let Some(file) = &slot.skew_file else { return };
-            const OFFSETS: &[&str] = &["+3600", "-3600", "+86400", "-600", "+90", "-90", "+0"];
             let offset = OFFSETS[rng.below(OFFSETS.len() as u64) as usize];
             std::fs::write(file, format!("{offset}\n")).expect("write skew file");
             let id = slot.current.as_ref().map(|i| i.id.clone()).unwrap_or_default();

@@ -212,6 +212,9 @@ pub struct Verdict {
     pub deliveries: usize,
     /// Records processed more than once (each explained by a fault, or a violation).
     pub repeats: usize,
+    /// Of the repeats, those after a lease expired with no injected fault on its holder (renewals too
+    /// slow on a loaded machine): allowed, reported.
+    pub unforced_repeats: usize,
     /// Lease writes logged (shard rows only).
     pub writes: usize,
     /// Takeovers of a row held by another incarnation.
@@ -529,10 +532,18 @@ fn check_repeats(
                     .push(violation(format!("the later holder started from checkpoint {checkpoint}, which covers it")));
                 continue;
             }
-            let released = writes_of(by_key, &key, &earlier.by).into_iter().find(|w| {
+            // The earlier holding ends at the earlier process's next acquire of the shard (if any): a
+            // release inside it is a graceful end, which must have covered what it processed.
+            let earlier_writes = writes_of(by_key, &key, &earlier.by);
+            let next_acquire = earlier_writes
+                .iter()
+                .find(|w| w.kind == Kind::Acquire && w.arrived > earlier.delivery.seen_at)
+                .map(|w| w.arrived);
+            let released = earlier_writes.iter().find(|w| {
                 matches!(w.kind, Kind::Release | Kind::ReleaseTo)
                     && w.arrived >= earlier.delivery.seen_at
                     && w.arrived <= start.arrived
+                    && next_acquire.is_none_or(|a| w.arrived < a)
             });
             if let Some(release) = released {
                 verdict.violations.push(violation(format!(
@@ -541,15 +552,15 @@ fn check_repeats(
                 )));
                 continue;
             }
+            // Otherwise the earlier holding ended by losing the lease (the takeover rule checks it had
+            // expired). A fault on the earlier process explains it; without one, it expired because its
+            // renewals were slow (a loaded machine): allowed, and counted apart.
             let window_from = earlier.delivery.seen_at.checked_sub(rules.lease).unwrap_or(earlier.delivery.seen_at);
             let excused = by_id.get(earlier.by.as_str()).is_some_and(|i| {
                 i.faults.iter().any(|(from, to, _)| *from <= start.forwarded && *to + rules.lease >= window_from)
             });
             if !excused {
-                verdict.violations.push(violation(format!(
-                    "{} lost the lease with no fault on it between processing the record and {}'s takeover",
-                    earlier.by, later.by
-                )));
+                verdict.unforced_repeats += 1;
             }
         }
     }
@@ -762,10 +773,48 @@ mod tests {
     }
 
     #[test]
-    fn a_repeat_without_a_fault_is_found() {
+    fn a_repeat_after_an_unforced_expiry_is_allowed_and_counted() {
         let mut h = crash_and_takeover();
         h.facts[0].faults.clear();
-        assert_eq!(h.rules_broken(4), vec!["repeats only inside a crash window"]);
+        assert_eq!(h.rules_broken(4), Vec::<&str>::new());
+        let expected: Vec<(String, Vec<u8>)> = (0..4).map(|n| ("k".into(), format!("k:{n}").into_bytes())).collect();
+        let rules = Rules { lease: Duration::from_secs(2), margin: Duration::from_millis(300) };
+        assert_eq!(check(&h.seen, &h.facts, &h.log, &expected, &rules).unforced_repeats, 1);
+    }
+
+    #[test]
+    fn a_repeat_after_a_graceful_release_is_found() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.deliver("a", 100, 0);
+        h.deliver("a", 200, 1);
+        h.release("a", 300, "100");
+        h.acquire("b", 400, "100");
+        h.deliver("b", 500, 1);
+        assert_eq!(h.rules_broken(2), vec!["repeats only inside a crash window"]);
+    }
+
+    #[test]
+    fn a_release_in_a_later_holding_does_not_count_for_an_earlier_one() {
+        // a loses the lease after processing 1 unchecked (killed), takes it again, hands it over at
+        // once with the same checkpoint, and takes it a third time: the repeat of 1 is the first
+        // holding's crash window, not the second holding's release.
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.deliver("a", 100, 0);
+        h.checkpoint("a", 150, "100");
+        h.deliver("a", 200, 1);
+        h.fault("a", 300, 300);
+        h.acquire("a", 2400, "100");
+        h.write(
+            "a",
+            2500,
+            "REMOVE handoff_to SET lease_owner = :to, lease_expiry = :expiry, lease_counter = lease_counter + :one",
+            Some("100"),
+        );
+        h.acquire("a", 4600, "100");
+        h.deliver("a", 4700, 1);
+        assert_eq!(h.rules_broken(2), Vec::<&str>::new());
     }
 
     #[test]

@@ -181,7 +181,10 @@ impl Cluster {
     /// killed after a SIGTERM.
     pub async fn stop_worker(&self, slot: &mut Slot, signal: &str, end: End, patience: Duration) -> bool {
         let Some(mut incarnation) = slot.current.take() else { return true };
-        incarnation.dynamo.faults().heal();
+        // Throttling and delays end here; a cut stays if the nemesis set it (a stop while cut off).
+        let faults = incarnation.dynamo.faults();
+        faults.set_throttle_permille(0);
+        faults.set_delay(Duration::ZERO);
         let signalled = Instant::now();
         incarnation.process.signal(signal);
         let mut clean = true;

@@ -103,7 +103,18 @@ async fn episode(cluster: &Cluster, plan: &Plan, rng: &mut SeededRng, slot: &mut
         Action::Kill | Action::Terminate => {
             let (signal, end) =
                 if matches!(action, Action::Kill) { ("KILL", End::Killed) } else { ("TERM", End::Terminated) };
-            let id = slot.current.as_ref().map(|i| i.id.clone()).unwrap_or_default();
+            // Sometimes a graceful stop while cut off from DynamoDB: no release can succeed, and the
+            // worker must still exit within its graceful timeout.
+            let cut = matches!(action, Action::Terminate) && rng.chance(30);
+            let Some(incarnation) = slot.current.as_mut() else { return };
+            let id = incarnation.id.clone();
+            if cut {
+                incarnation.dynamo.faults().set_cut(true);
+                let now = Instant::now();
+                incarnation.faults.push((now, now + plan.patience, "DynamoDB cut off at SIGTERM".into()));
+                cluster.note(format!("DynamoDB cut off for {id} before its SIGTERM"));
+                tokio::time::sleep(rng.millis(0, 1500)).await;
+            }
             cluster.note(format!("SIG{signal} {id}"));
             cluster.stop_worker(slot, signal, end, plan.patience).await;
             tokio::time::sleep(rng.millis(0, 3000)).await;
@@ -131,7 +142,8 @@ async fn episode(cluster: &Cluster, plan: &Plan, rng: &mut SeededRng, slot: &mut
                     (format!("DynamoDB throttled {permille}‰"), rng.millis(1000, 6000))
                 }
                 Action::DelayDynamo => {
-                    let delay = rng.millis(50, 1500);
+                    // Now and then past a whole lease: a renewal answered after the deadline.
+                    let delay = if rng.chance(20) { rng.millis(1500, 3000) } else { rng.millis(50, 1500) };
                     faults.set_delay(delay);
                     (format!("DynamoDB delayed {delay:?}"), rng.millis(1000, 6000))
                 }

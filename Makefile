@@ -5,10 +5,10 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries crds demo-workers test lint soak emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
+.PHONY: check-binaries chaos faketime crds demo-workers test lint soak emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
-test: emulators control-plane lint
+test: emulators control-plane faketime lint
 	cargo test --workspace --no-fail-fast
 
 lint:
@@ -17,6 +17,15 @@ lint:
 
 emulators:
 	$(GROUND)/emulators.sh start
+
+## libfaketime (Debian's, unpacked into the cache) for the chaos suite's clock skew.
+faketime:
+	$(GROUND)/faketime.sh install >/dev/null
+
+## The chaos suite alone, seeded: LEASEHOLD_CHAOS_SEED=<seed> replays a round, LEASEHOLD_CHAOS_ROUNDS=<n>
+## and LEASEHOLD_CHAOS_SECONDS=<s> (per round) size the run; docs/testing.md, "The chaos suite".
+chaos: emulators faketime
+	cargo test -p leasehold-worker --test chaos -- --nocapture
 
 emulators-stop:
 	$(GROUND)/emulators.sh stop

@@ -114,15 +114,18 @@ pub fn parse(write: &LeaseWrite) -> Option<Write> {
     let expression = s(request, &["UpdateExpression"]).unwrap_or_default();
     let values = &request["ExpressionAttributeValues"];
     let attributes = &write.response["Attributes"];
+    // By what the expression does, not its exact text: a write may add clauses (the sub-sequence
+    // attribute set or removed with every checkpoint) in any order.
+    let removes = expression.split_once("REMOVE").map(|(_, list)| list.split(" SET").next().unwrap_or(list));
     let kind = match write.operation.as_str() {
         "PutItem" => Kind::Create,
         "DeleteItem" => Kind::Delete,
-        _ if expression.starts_with("SET lease_owner = :me") => Kind::Acquire,
-        _ if expression.starts_with("SET lease_expiry = :expiry") => Kind::Renew,
-        _ if expression.starts_with("SET checkpoint = :checkpoint") => Kind::Checkpoint,
-        _ if expression.starts_with("REMOVE lease_owner") => Kind::Release,
-        _ if expression.starts_with("REMOVE handoff_to SET lease_owner = :to") => Kind::ReleaseTo,
+        _ if expression.contains("lease_owner = :to") => Kind::ReleaseTo,
+        _ if expression.contains("lease_owner = :me") => Kind::Acquire,
+        _ if removes.is_some_and(|list| list.contains("lease_owner")) => Kind::Release,
         _ if expression.starts_with("SET handoff_to") => Kind::RequestHandoff,
+        _ if expression.starts_with("SET lease_expiry = :expiry") => Kind::Renew,
+        _ if expression.contains("checkpoint = :checkpoint") => Kind::Checkpoint,
         _ => Kind::Other,
     };
     let counter = match kind {

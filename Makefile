@@ -5,10 +5,12 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries crds demo-workers test lint emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
+.PHONY: check-binaries crds demo-workers test lint emulators emulators-stop control-plane control-plane-stop node node-stop images bench bench-kcl demo fmt
 
-## Everything CI runs: emulators up, formatting and lints, all tests.
-test: emulators control-plane lint
+## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
+## lints, all tests (the images checked against images/*.Dockerfile first).
+test: emulators control-plane images node lint
+	$(GROUND)/images.sh check
 	cargo test --workspace --no-fail-fast
 
 lint:
@@ -27,6 +29,21 @@ control-plane:
 
 control-plane-stop:
 	$(GROUND)/control-plane.sh stop
+
+## A real node (containerd, runc, kubelet, kube-proxy, kube-scheduler) in a network namespace of its own,
+## joined to the control plane, with the images of `make images` loaded.
+node: emulators control-plane
+	$(GROUND)/node.sh start
+	$(GROUND)/images.sh import
+
+node-stop:
+	$(GROUND)/node.sh stop
+
+## The worker, operator and pause images as OCI archives (no container daemon) in $(LEASEHOLD_CACHE)/images,
+## from static release binaries; loaded into the node when it runs.
+images:
+	$(GROUND)/images.sh build
+	if $(GROUND)/node.sh status >/dev/null 2>&1; then $(GROUND)/images.sh import; fi
 
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
 bench: emulators control-plane

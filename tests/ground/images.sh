@@ -46,9 +46,12 @@ build() {
     cargo build --release --locked --target "$TARGET" \
     -p leasehold-worker --bin leasehold-worker -p leasehold-operator --bin leasehold-operator >&2) ||
     die "cargo build --release failed"
-  local component bin
+  local component bin target_dir
+  # Where cargo really put them (a cargo wrapper may choose the target dir).
+  target_dir="$(cd "$ROOT" && CARGO_TARGET_DIR="$STATIC_TARGET_DIR" cargo metadata --format-version 1 --no-deps |
+    jq -r .target_directory)"
   for component in worker operator; do
-    bin="$STATIC_TARGET_DIR/$TARGET/release/leasehold-$component"
+    bin="$target_dir/$TARGET/release/leasehold-$component"
     file -b "$bin" | grep -q 'statically linked\|static-pie' || die "$bin is not statically linked: $(file -b "$bin")"
     python3 "$OCI" build --out "$OUT/$component.tar" --name "ghcr.io/leasehold/$component:$VERSION" \
       --user 65532:65532 --entrypoint "/leasehold-$component" \

@@ -1,7 +1,8 @@
 //! End to end on the real node (tests/ground/node.sh): the worker image (`make images`) run as real pods
 //! by a real kubelet and containerd, in a namespace that enforces the restricted Pod Security profile.
 //! Apply a StreamConsumer -> worker pods Running and Ready (their probes pass), no API token, read-only
-//! root -> records processed exactly once (read from the pods' logs through the API server) ->
+//! root -> records processed exactly once (read from the pods' logs through the API server) -> a spec
+//! change rolls the pods, nothing repeated ->
 //! `kubectl delete pod` -> SIGTERM -> its leases move within 1 s, nothing repeated -> kill -9 of a
 //! worker's process -> the kubelet restarts the container, which retakes its own leases (crash ->
 //! records flowing again, measured) -> delete the StreamConsumer -> pods gone, table deleted.
@@ -13,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use leasehold_testkit::kinesis::{numbered, put_records};
 use node::{Logs, Node, missing_and_repeats};
@@ -153,6 +154,36 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let (_, repeats) = missing_and_repeats(&expected, &logs.deliveries());
     assert_eq!(repeats, 0, "records repeated with no pod stopped");
 
+    // A spec change rolls the pods (new config hash) one at a time, records flowing, nothing repeated.
+    let hash = |p: &Pod| p.labels().get("pod-template-hash").cloned().unwrap_or_default();
+    let before: HashSet<String> = worker_pods(&pods).await.iter().map(hash).collect();
+    let change = json!({"spec": {"lease": {"checkpointInterval": "500ms"}}});
+    consumers.patch("orders", &PatchParams::default(), &Patch::Merge(&change)).await.expect("change the spec");
+    let rolling = batch(40, 60);
+    put_records(&kinesis, &stream, &rolling).await;
+    expected.extend(texts(&rolling));
+    wait("the pods rolled to the new spec", SLOW, || async {
+        let list = worker_pods(&pods).await;
+        list.len() == 2 && list.iter().all(|p| ready(p) && !before.contains(&hash(p)))
+    })
+    .await;
+    let rolled = batch(60, 80);
+    put_records(&kinesis, &stream, &rolled).await;
+    expected.extend(texts(&rolled));
+    wait("records across the roll in the logs", SLOW, || async {
+        missing_and_repeats(&expected, &logs.deliveries()).0 == 0
+    })
+    .await;
+    let (_, repeats) = missing_and_repeats(&expected, &logs.deliveries());
+    assert_eq!(repeats, 0, "records repeated across a rolling update");
+    wait("every lease held by a rolled pod", SLOW, || async {
+        let live: HashSet<String> =
+            worker_pods(&pods).await.iter().filter(|p| ready(p)).map(|p| p.name_any()).collect();
+        let now = owners(&dynamodb, &table).await;
+        now.len() == 4 && now.values().all(|o| live.contains(o))
+    })
+    .await;
+
     // kubectl delete pod: SIGTERM, the worker hands its leases over; they are taken elsewhere at once.
     let victim = worker_pods(&pods).await.into_iter().next().expect("a pod").name_any();
     let held: Vec<String> =
@@ -168,7 +199,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     .await;
     let moved = deleted.elapsed();
     eprintln!("figure: kubectl delete pod -> its {} leases held elsewhere: {:.2} s", held.len(), moved.as_secs_f64());
-    let second = batch(40, 80);
+    let second = batch(80, 120);
     put_records(&kinesis, &stream, &second).await;
     expected.extend(texts(&second));
     wait("records after the delete in the logs", SLOW, || async {
@@ -218,7 +249,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let before_kill = logs.deliveries().len();
     let killed = Instant::now();
     node.kill_container(&container_id);
-    let third = batch(80, 120);
+    let third = batch(120, 160);
     put_records(&kinesis, &stream, &third).await;
     expected.extend(texts(&third));
     // Records put after the kill, on the killed container's shards, printed by the same pod: only its

@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries chaos faketime crds demo-workers test lint soak emulators emulators-stop control-plane control-plane-stop bench bench-kcl demo fmt
+.PHONY: check-binaries chaos faketime crds demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane faketime lint
@@ -37,6 +37,21 @@ control-plane:
 control-plane-stop:
 	$(GROUND)/control-plane.sh stop
 
+## A real node (containerd, runc, kubelet, kube-proxy, kube-scheduler) in a network namespace of its own,
+## joined to the control plane, with the images of `make images` loaded.
+node: emulators control-plane
+	$(GROUND)/node.sh start
+	$(GROUND)/images.sh import
+
+node-stop:
+	$(GROUND)/node.sh stop
+
+## The worker, operator and pause images as OCI archives (no container daemon) in $(LEASEHOLD_CACHE)/images,
+## from static release binaries; loaded into the node when it runs.
+images:
+	$(GROUND)/images.sh build
+	if $(GROUND)/node.sh status >/dev/null 2>&1; then $(GROUND)/images.sh import; fi
+
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
 bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench lease_store
@@ -50,6 +65,12 @@ bench: emulators control-plane
 ## per shard; memory and file descriptors of the workers that stay up must stay bounded.
 soak: emulators
 	LEASEHOLD_SOAK_SECS=$${LEASEHOLD_SOAK_SECS:-1800} cargo test -p leasehold-worker --test soak -- --nocapture
+
+## The tests on a real node (kubelet + containerd in a network namespace) with the project's own images:
+## worker pods and the chart's operator pods run for real. Not yet part of `make test` (see docs/testing.md).
+test-node: emulators control-plane images node
+	$(GROUND)/images.sh check
+	cargo test -p leasehold-operator --features real-node --test node_e2e --test node_chart
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
 ## CPU and memory on the same backlog, then failover after kill -9 (3 trials each).

@@ -23,3 +23,21 @@ port_open() {
 
 # True when process $1 is alive.
 pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+
+# The real node's network (tests/ground/node.sh), derived from $LEASEHOLD_STATE so that two test grounds
+# on one machine get their own namespace, veth pair and /30: NODE_HOST_IP is the host end of the veth
+# (the address the API server advertises, so the `kubernetes` Service leads there), NODE_IP the node's
+# end inside the namespace NODE_NETNS. Neither is on the machine's external interface.
+node_network() {
+  local n
+  n=$(( $(printf '%s' "$LEASEHOLD_STATE" | cksum | cut -d' ' -f1) % 63 ))
+  NODE_INDEX=$n
+  NODE_NETNS="leasehold-node-$n"
+  NODE_HOST_IF="lhnode$n-h"
+  NODE_IF="lhnode$n-n"
+  NODE_HOST_IP="10.250.$((n * 4 / 256)).$(((n * 4) % 256 + 1))"
+  NODE_IP="10.250.$((n * 4 / 256)).$(((n * 4) % 256 + 2))"
+  NODE_NAME="leasehold-node"
+  export NODE_INDEX NODE_NETNS NODE_HOST_IF NODE_IF NODE_HOST_IP NODE_IP NODE_NAME
+}
+node_network

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # A real Kubernetes control plane on loopback, without containers: etcd, kube-apiserver and
-# kube-controller-manager as local processes. There is no scheduler and no kubelet, so Pods stay
-# Pending; Deployments still get ReplicaSets and Pods, RBAC and admission (PodSecurity) are real.
+# kube-controller-manager as local processes. Without a node, Pods stay Pending; Deployments still get
+# ReplicaSets and Pods, RBAC and admission (PodSecurity) are real. tests/ground/node.sh adds a real node
+# (kubelet, containerd, kube-proxy, kube-scheduler): for it the API server authorizes Node,RBAC with
+# NodeRestriction, holds a client certificate for the kubelet (logs, exec) and advertises the host end
+# of the node's veth pair ($NODE_HOST_IP, common.sh), so the `kubernetes` Service leads to it.
 #
 #   tests/ground/control-plane.sh install   # build/fetch the binaries into $LEASEHOLD_CACHE/k8s-bin (idempotent)
 #   tests/ground/control-plane.sh start     # install if needed, start on free loopback ports, wait for /readyz
@@ -138,6 +141,9 @@ install() {
 pki() {
   if [ -f "$PKI/ca.crt" ] && [ -f "$PKI/apiserver.crt" ] && [ -f "$PKI/admin.crt" ] &&
     [ -f "$PKI/controller-manager.crt" ] && [ -f "$PKI/front-proxy-client.crt" ] && [ -f "$PKI/sa.key" ]; then
+    # Added with node support: issued by the existing CA, so earlier kubeconfigs stay valid.
+    [ -f "$PKI/apiserver-kubelet-client.crt" ] || issue_cert apiserver-kubelet-client \
+      "/O=system:masters/CN=kube-apiserver-kubelet-client" "$CLIENT_EXT"
     return 0
   fi
   need openssl "apt-get install openssl"
@@ -156,16 +162,20 @@ pki() {
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,DNS:localhost,IP:10.96.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
-  local client="basicConstraints=CA:FALSE
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=clientAuth"
+  local client="$CLIENT_EXT"
   issue_cert admin "/O=system:masters/CN=leasehold-admin" "$client"
   issue_cert controller-manager "/CN=system:kube-controller-manager" "$client"
   issue_cert front-proxy-client "/CN=front-proxy-client" "$client" front-proxy-ca
+  # The API server's identity towards the kubelet (logs, exec, port-forward).
+  issue_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client"
   openssl genrsa -out "$PKI/sa.key" 2048 2>/dev/null || die "openssl: service-account key failed"
   openssl rsa -in "$PKI/sa.key" -pubout -out "$PKI/sa.pub" 2>/dev/null || die "openssl: service-account key failed"
   chmod 600 "$PKI"/*.key
 }
+
+CLIENT_EXT="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
 
 issue_cert() { # name subject extensions [ca]; signed by $PKI/ca unless another CA is named
   local k="$PKI/$1" ca="$PKI/${4:-ca}"
@@ -286,7 +296,11 @@ start() {
     --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-cluster-ip-range "$SERVICE_CIDR" \
-    --authorization-mode RBAC)"
+    --advertise-address "$NODE_HOST_IP" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt" \
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP)"
   write_state "$etcd_pid" "$api_pid" "" "$etcd_port" "$peer_port" "$api_port" "$kcm_port"
 
   # The controller manager starts once /readyz is ok: before that its identity has no RBAC roles yet
@@ -337,6 +351,9 @@ APISERVER_PORT=$6
 CONTROLLER_MANAGER_PORT=$7
 APISERVER_URL=https://127.0.0.1:$6
 KUBECONFIG=$KUBECONFIG_FILE
+# Started with what tests/ground/node.sh needs (Node authorization, kubelet client certificate,
+# advertised at the node's veth).
+NODE_SUPPORT=$NODE_HOST_IP
 CONTROL_PLANE_DIR=$CP
 K8S_BIN=$BIN
 STATE

@@ -3,9 +3,7 @@
 //! the unit tests) are remade and must match byte for byte, and library-made aggregates put to both
 //! Kinesis emulators come back through GetRecords and de-aggregate to exactly what was given.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::primitives::Blob;
@@ -21,32 +19,7 @@ fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
 }
 
-/// The python of the venv that tests/ground/kpl.sh installs aws-kinesis-agg into (installing it if
-/// needed); panics, failing the test, when it cannot.
-fn agg_python() -> String {
-    let out = Command::new("bash")
-        .arg(repo_root().join("tests/ground/kpl.sh"))
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run tests/ground/kpl.sh");
-    assert!(out.status.success(), "tests/ground/kpl.sh failed: aws-kinesis-agg is needed for this test");
-    String::from_utf8(out.stdout).expect("utf8").trim().to_string()
-}
-
-/// Runs tests/ground/kpl-agg.py on `spec` and returns its JSON answer.
-fn aggregate_with_library(spec: &Value) -> Value {
-    let mut child = Command::new(agg_python())
-        .arg(repo_root().join("tests/ground/kpl-agg.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start kpl-agg.py");
-    child.stdin.take().expect("stdin").write_all(spec.to_string().as_bytes()).expect("write spec");
-    let out = child.wait_with_output().expect("kpl-agg.py");
-    assert!(out.status.success(), "kpl-agg.py failed");
-    serde_json::from_slice(&out.stdout).expect("kpl-agg.py json")
-}
+use leasehold_testkit::kpl::aggregate_with_library;
 
 #[test]
 fn committed_fixtures_are_what_the_library_makes() {

@@ -7,7 +7,6 @@ mod common;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -30,26 +29,6 @@ use serde_json::{Value, json};
 
 const SHARD0: &str = "shardId-000000000000";
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf()
-}
-
-/// The python that has aws-kinesis-agg (tests/ground/kpl.sh installs it into the cache if needed).
-fn agg_python() -> String {
-    static PYTHON: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    PYTHON
-        .get_or_init(|| {
-            let out = Command::new("bash")
-                .arg(repo_root().join("tests/ground/kpl.sh"))
-                .stderr(Stdio::inherit())
-                .output()
-                .expect("run tests/ground/kpl.sh");
-            assert!(out.status.success(), "tests/ground/kpl.sh failed: aws-kinesis-agg is needed for this test");
-            String::from_utf8(out.stdout).expect("utf8").trim().to_string()
-        })
-        .clone()
-}
-
 /// One aggregated Kinesis record as the library made it.
 #[derive(Debug, Clone)]
 struct Aggregate {
@@ -65,17 +44,7 @@ fn library_aggregates(users: &[(String, Vec<u8>)], per_aggregate: usize) -> Vec<
     let records: Vec<Value> =
         users.iter().map(|(key, data)| json!({"partition_key": key, "data_b64": STANDARD.encode(data)})).collect();
     let spec = json!({"records": records, "max_records": per_aggregate});
-    let mut child = Command::new(agg_python())
-        .arg(repo_root().join("tests/ground/kpl-agg.py"))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start kpl-agg.py");
-    child.stdin.take().expect("stdin").write_all(spec.to_string().as_bytes()).expect("write spec");
-    let out = child.wait_with_output().expect("kpl-agg.py");
-    assert!(out.status.success(), "kpl-agg.py failed");
-    let answer: Value = serde_json::from_slice(&out.stdout).expect("kpl-agg.py json");
+    let answer = leasehold_testkit::kpl::aggregate_with_library(&spec);
     let mut rest = users;
     answer["aggregates"]
         .as_array()
@@ -359,7 +328,7 @@ async fn corrupted_aggregates_are_delivered_whole_as_plain_records_and_counted()
 fn md5_of(bytes: &[u8]) -> [u8; 16] {
     // The MD5 that kpl-agg.py's library computes, through the library itself.
     let script = "import hashlib,sys; sys.stdout.write(hashlib.md5(sys.stdin.buffer.read()).hexdigest())";
-    let mut child = Command::new(agg_python())
+    let mut child = Command::new(leasehold_testkit::kpl::agg_python())
         .args(["-c", script])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -6,6 +6,7 @@
 
 mod fault;
 pub mod kinesis;
+pub mod kpl;
 pub mod nemesis;
 pub mod process;
 pub mod proxy;

@@ -21,6 +21,7 @@ use axum::routing::post;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use common::*;
+use leasehold_testkit::kpl::{LibraryAggregate, library_aggregates};
 use leasehold_testkit::process::{WorkerProcess, wait_for};
 use leasehold_testkit::server::{LocalServer, http_get};
 use leasehold_worker::kpl::partition_key_hash;
@@ -28,41 +29,6 @@ use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSetti
 use serde_json::{Value, json};
 
 const SHARD0: &str = "shardId-000000000000";
-
-/// One aggregated Kinesis record as the library made it.
-#[derive(Debug, Clone)]
-struct Aggregate {
-    partition_key: String,
-    explicit_hash_key: Option<String>,
-    data: Vec<u8>,
-    /// The user records in it, in order: (partition key, data).
-    users: Vec<(String, Vec<u8>)>,
-}
-
-/// Packs `users` with aws-kinesis-agg, `per_aggregate` user records per aggregate.
-fn library_aggregates(users: &[(String, Vec<u8>)], per_aggregate: usize) -> Vec<Aggregate> {
-    let records: Vec<Value> =
-        users.iter().map(|(key, data)| json!({"partition_key": key, "data_b64": STANDARD.encode(data)})).collect();
-    let spec = json!({"records": records, "max_records": per_aggregate});
-    let answer = leasehold_testkit::kpl::aggregate_with_library(&spec);
-    let mut rest = users;
-    answer["aggregates"]
-        .as_array()
-        .expect("aggregates")
-        .iter()
-        .map(|a| {
-            let count = a["user_records"].as_u64().expect("count") as usize;
-            let (mine, after) = rest.split_at(count);
-            rest = after;
-            Aggregate {
-                partition_key: a["partition_key"].as_str().expect("key").to_string(),
-                explicit_hash_key: a["explicit_hash_key"].as_str().map(str::to_string),
-                data: STANDARD.decode(a["data_b64"].as_str().expect("data")).expect("base64"),
-                users: mine.to_vec(),
-            }
-        })
-        .collect()
-}
 
 /// Puts one record and returns its sequence number.
 async fn put(client: &Client, stream: &str, key: &str, explicit_hash_key: Option<&str>, data: &[u8]) -> String {
@@ -79,7 +45,7 @@ async fn put(client: &Client, stream: &str, key: &str, explicit_hash_key: Option
 }
 
 /// Puts an aggregate as aws-kinesis-agg's users do (under the key the library chose).
-async fn put_aggregate(client: &Client, stream: &str, aggregate: &Aggregate) -> String {
+async fn put_aggregate(client: &Client, stream: &str, aggregate: &LibraryAggregate) -> String {
     put(client, stream, &aggregate.partition_key, aggregate.explicit_hash_key.as_deref(), &aggregate.data).await
 }
 

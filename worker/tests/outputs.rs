@@ -10,6 +10,7 @@ use axum::body::Bytes;
 use base64::Engine;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
+use leasehold_testkit::kpl::{library_aggregates, put_aggregates};
 use serde_json::json;
 
 /// Answers every record with three outputs: one under its own key, one carrying the input's key, one
@@ -27,6 +28,17 @@ async fn answer(body: Bytes) -> ([(&'static str, &'static str); 1], String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn http_outputs_are_published_under_the_documented_keys() {
+    outputs_case(false).await;
+}
+
+/// The same with the input packed into KPL aggregates by AWS's library: outputs are per user record, and
+/// "carried" means the user record's own key, not the aggregate's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_user_record_of_an_aggregate_publishes_its_own_outputs() {
+    outputs_case(true).await;
+}
+
+async fn outputs_case(aggregated: bool) {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let input = leasehold_testkit::create_stream(&kinesis, "outputs-in", 1).await;
     let output = leasehold_testkit::create_stream(&kinesis, "outputs-out", 2).await;
@@ -38,7 +50,13 @@ async fn http_outputs_are_published_under_the_documented_keys() {
         .replace("processor: {stdout: {}}", &format!("processor: {{http: {{url: '{url}'}}}}"));
     let _worker = spawn(&config, "outputs-1");
     let written = records(5, 0, 2);
-    put_records(&kinesis, &input, &written).await;
+    if aggregated {
+        let aggregates = library_aggregates(&written, 4);
+        assert!(aggregates.iter().all(|a| a.users.iter().any(|(key, _)| *key != a.partition_key)), "mixed keys");
+        put_aggregates(&kinesis, &input, &aggregates).await;
+    } else {
+        put_records(&kinesis, &input, &written).await;
+    }
 
     let read_published = || async {
         leasehold_testkit::kinesis::read_all(&kinesis, &output)

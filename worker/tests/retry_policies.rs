@@ -1,5 +1,7 @@
 //! Each `retry.onExhausted` policy end to end on the emulators: a worker run in-process through the
-//! library API with a Rust processor that fails deterministically for some records.
+//! library API with a Rust processor that fails deterministically for some records. Every policy runs
+//! twice: on plain records and on the same records packed into KPL aggregates by AWS's aggregation
+//! library, where retries, policies and ordering apply to each user record.
 
 mod common;
 
@@ -12,6 +14,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use common::*;
 use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
+use leasehold_testkit::kpl::{library_aggregates, put_aggregates};
 use leasehold_worker::config::WorkerConfig;
 use leasehold_worker::dispatch::open_requeued;
 use leasehold_worker::metrics::Metrics;
@@ -111,12 +114,43 @@ async fn read_stream(client: &aws_sdk_kinesis::Client, stream: &str) -> Vec<(Str
 const KEYS: usize = 5;
 const PER_KEY: u64 = 6;
 
-async fn stream_with_records(prefix: &str) -> (aws_sdk_kinesis::Client, String, Vec<(String, Vec<u8>)>) {
+/// How the test's records reach the stream.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Input {
+    /// One Kinesis record per record.
+    Plain,
+    /// KPL aggregates of up to 7 user records (made by aws-kinesis-agg), so aggregates mix keys and a
+    /// failing user record sits between others of its aggregate.
+    Aggregated,
+}
+
+/// A stream holding the test's records, how they were written, and how many Kinesis records that took.
+struct Written {
+    kinesis: aws_sdk_kinesis::Client,
+    stream: String,
+    records: Vec<(String, Vec<u8>)>,
+    kinesis_records: usize,
+    /// The aggregates' sequence numbers (empty for plain input).
+    aggregate_sequences: Vec<String>,
+}
+
+async fn stream_with_records(prefix: &str, input: Input) -> Written {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, prefix, 1).await;
-    let written = records(KEYS, 0, PER_KEY);
-    put_records(&kinesis, &stream, &written).await;
-    (kinesis, stream, written)
+    let records = records(KEYS, 0, PER_KEY);
+    let (kinesis_records, aggregate_sequences) = match input {
+        Input::Plain => {
+            put_records(&kinesis, &stream, &records).await;
+            (records.len(), Vec::new())
+        }
+        Input::Aggregated => {
+            let aggregates = library_aggregates(&records, 7);
+            assert!(aggregates.len() > 1 && aggregates.len() < records.len(), "several aggregates of several records");
+            let sequences = put_aggregates(&kinesis, &stream, &aggregates).await;
+            (aggregates.len(), sequences)
+        }
+    };
+    Written { kinesis, stream, records, kinesis_records, aggregate_sequences }
 }
 
 /// No failure but the injected ones: every record that does not fail was attempted exactly once.
@@ -147,144 +181,181 @@ fn assert_key_order(flaky: &Flaky, keep_failing: bool) {
 
 #[test]
 fn skip_counts_logs_and_moves_on() {
-    run_test(async {
-        let (_kinesis, stream, written) = stream_with_records("skip").await;
-        let worker = InProcess::start(
-            &stream,
-            "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 3, backoff: 10ms, onExhausted: skip}\n",
-        );
-        let metrics = worker.metrics.clone();
-        eventually("every record processed or skipped", Duration::from_secs(30), || {
-            metrics.records_processed.get() + metrics.exhausted_count("skip") >= written.len() as u64
-        })
-        .await;
-        let flaky = worker.flaky.clone();
-        worker.stop().await;
-        assert_eq!(metrics.exhausted_count("skip"), KEYS as u64, "one failing record per key");
-        assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
-        assert_eq!(metrics.records_failed.get(), 3 * KEYS as u64);
-        assert_eq!(metrics.records_retried.get(), 2 * KEYS as u64);
-        for k in 0..KEYS {
-            assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), 3, "exactly maxAttempts attempts");
-        }
-        // The skipped record kept its place: the key's next record came only after its last attempt.
-        assert_key_order(&flaky, true);
-        assert_others_once(&flaky, &written);
-    });
+    run_test(skip_case(Input::Plain));
+}
+
+#[test]
+fn skip_applies_to_each_user_record_of_an_aggregate() {
+    run_test(skip_case(Input::Aggregated));
+}
+
+async fn skip_case(input: Input) {
+    let Written { stream, records: written, .. } = stream_with_records("skip", input).await;
+    let worker = InProcess::start(
+        &stream,
+        "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 3, backoff: 10ms, onExhausted: skip}\n",
+    );
+    let metrics = worker.metrics.clone();
+    eventually("every record processed or skipped", Duration::from_secs(30), || {
+        metrics.records_processed.get() + metrics.exhausted_count("skip") >= written.len() as u64
+    })
+    .await;
+    let flaky = worker.flaky.clone();
+    worker.stop().await;
+    assert_eq!(metrics.exhausted_count("skip"), KEYS as u64, "one failing record per key");
+    assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+    assert_eq!(metrics.records_failed.get(), 3 * KEYS as u64);
+    assert_eq!(metrics.records_retried.get(), 2 * KEYS as u64);
+    for k in 0..KEYS {
+        assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), 3, "exactly maxAttempts attempts");
+    }
+    // The skipped record kept its place: the key's next record came only after its last attempt.
+    assert_key_order(&flaky, true);
+    assert_others_once(&flaky, &written);
 }
 
 #[test]
 fn dead_letter_publishes_the_record_with_its_metadata_and_error() {
-    run_test(async {
-        let (kinesis, stream, written) = stream_with_records("deadletter").await;
-        let dead = leasehold_testkit::create_stream(&kinesis, "dlq", 1).await;
-        let worker = InProcess::start(
-            &stream,
-            &format!(
-                "ordering: none\nconcurrency: 8\nretry: {{maxAttempts: 2, backoff: 10ms, onExhausted: deadLetter, \
-             deadLetterStream: {dead}}}\n"
-            ),
-        );
-        let metrics = worker.metrics.clone();
-        eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
-            metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= written.len() as u64
-        })
-        .await;
-        let flaky = worker.flaky.clone();
-        worker.stop().await;
-        assert_others_once(&flaky, &written);
-        assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
-        let letters = read_stream(&kinesis, &dead).await;
-        assert_eq!(letters.len(), KEYS, "one dead letter per failing record");
-        let mut seen = Vec::new();
-        for (key, body) in letters {
-            let letter: serde_json::Value = serde_json::from_slice(&body).expect("JSON dead letter");
-            let data = base64::Engine::decode(
-                &base64::engine::general_purpose::STANDARD,
-                letter["data"].as_str().expect("data"),
-            )
-            .expect("base64");
-            let data = String::from_utf8(data).expect("utf8");
-            assert_eq!(letter["partitionKey"], key.as_str(), "keyed by the original partition key");
-            assert_eq!(data, format!("{key}:3"));
-            assert_eq!(letter["stream"], stream.as_str());
-            assert_eq!(letter["shardId"], "shardId-000000000000");
-            assert!(letter["sequenceNumber"].as_str().is_some_and(|s| !s.is_empty()));
-            assert_eq!(letter["attempts"], 2);
-            assert_eq!(letter["error"], format!("cannot handle {data}"));
-            assert_eq!(letter["owner"], "retry-test");
-            seen.push(data);
+    run_test(dead_letter_case(Input::Plain));
+}
+
+#[test]
+fn dead_letter_publishes_a_user_record_with_its_sub_sequence() {
+    run_test(dead_letter_case(Input::Aggregated));
+}
+
+async fn dead_letter_case(input: Input) {
+    let Written { kinesis, stream, records: written, aggregate_sequences, .. } =
+        stream_with_records("deadletter", input).await;
+    let dead = leasehold_testkit::create_stream(&kinesis, "dlq", 1).await;
+    let worker = InProcess::start(
+        &stream,
+        &format!(
+            "ordering: none\nconcurrency: 8\nretry: {{maxAttempts: 2, backoff: 10ms, onExhausted: deadLetter, \
+         deadLetterStream: {dead}}}\n"
+        ),
+    );
+    let metrics = worker.metrics.clone();
+    eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
+        metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= written.len() as u64
+    })
+    .await;
+    let flaky = worker.flaky.clone();
+    worker.stop().await;
+    assert_others_once(&flaky, &written);
+    assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+    let letters = read_stream(&kinesis, &dead).await;
+    assert_eq!(letters.len(), KEYS, "one dead letter per failing record");
+    let mut seen = Vec::new();
+    for (key, body) in letters {
+        let letter: serde_json::Value = serde_json::from_slice(&body).expect("JSON dead letter");
+        let data =
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, letter["data"].as_str().expect("data"))
+                .expect("base64");
+        let data = String::from_utf8(data).expect("utf8");
+        assert_eq!(letter["partitionKey"], key.as_str(), "keyed by the original partition key");
+        assert_eq!(data, format!("{key}:3"));
+        assert_eq!(letter["stream"], stream.as_str());
+        assert_eq!(letter["shardId"], "shardId-000000000000");
+        assert!(letter["sequenceNumber"].as_str().is_some_and(|s| !s.is_empty()));
+        match input {
+            Input::Plain => assert!(letter.get("subSequenceNumber").is_none(), "{letter}"),
+            Input::Aggregated => {
+                let sequence = letter["sequenceNumber"].as_str().expect("sequence");
+                assert!(aggregate_sequences.iter().any(|s| s == sequence), "the aggregate's sequence: {letter}");
+                assert!(letter["subSequenceNumber"].as_u64().is_some_and(|n| n < 7), "{letter}");
+            }
         }
-        seen.sort();
-        assert_eq!(seen, (0..KEYS).map(|k| format!("key-{k}:3")).collect::<Vec<_>>());
-    });
+        assert_eq!(letter["attempts"], 2);
+        assert_eq!(letter["error"], format!("cannot handle {data}"));
+        assert_eq!(letter["owner"], "retry-test");
+        seen.push(data);
+    }
+    seen.sort();
+    assert_eq!(seen, (0..KEYS).map(|k| format!("key-{k}:3")).collect::<Vec<_>>());
 }
 
 #[test]
 fn requeue_puts_copies_at_the_tail_until_the_limit_then_skips() {
-    run_test(async {
-        let (kinesis, stream, written) = stream_with_records("requeue").await;
-        let worker = InProcess::start(
-            &stream,
-            "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 2, backoff: 10ms, onExhausted: requeue}\n",
-        );
-        let metrics = worker.metrics.clone();
-        // Each failing record: put back three times (the limit), then skipped as no dead-letter stream is set.
-        eventually("every copy exhausted", Duration::from_secs(60), || metrics.exhausted_count("skip") >= KEYS as u64)
-            .await;
-        let flaky = worker.flaky.clone();
-        worker.stop().await;
-        assert_eq!(metrics.exhausted_count("requeue"), 3 * KEYS as u64);
-        assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
-        for k in 0..KEYS {
-            let data = format!("key-{k}:3");
-            assert_eq!(flaky.attempts_on(&data), 2 * 4, "{data}: 2 attempts on the original and on each of 3 copies");
-        }
-        assert_eq!(flaky.distinct(), written.len(), "the processor saw the original data, never the envelope");
-        assert_others_once(&flaky, &written);
-        // The copies are on the stream, keyed like the original, carrying their history.
-        let on_stream = read_stream(&kinesis, &stream).await;
-        let mut copies: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
-        for (key, data) in &on_stream[written.len()..] {
-            let (history, original) = open_requeued(&bytes::Bytes::from(data.clone())).expect("a requeued copy");
-            assert_eq!(original, format!("{key}:3").as_bytes());
-            copies.entry(key.clone()).or_default().push((history.requeues, history.attempts));
-        }
-        for k in 0..KEYS {
-            assert_eq!(copies[&format!("key-{k}")], vec![(1, 2), (2, 4), (3, 6)]);
-        }
-    });
+    run_test(requeue_case(Input::Plain));
+}
+
+#[test]
+fn requeue_puts_a_user_record_back_as_a_plain_copy_under_its_own_key() {
+    run_test(requeue_case(Input::Aggregated));
+}
+
+async fn requeue_case(input: Input) {
+    let Written { kinesis, stream, records: written, kinesis_records, .. } =
+        stream_with_records("requeue", input).await;
+    let worker = InProcess::start(
+        &stream,
+        "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 2, backoff: 10ms, onExhausted: requeue}\n",
+    );
+    let metrics = worker.metrics.clone();
+    // Each failing record: put back three times (the limit), then skipped as no dead-letter stream is set.
+    eventually("every copy exhausted", Duration::from_secs(60), || metrics.exhausted_count("skip") >= KEYS as u64)
+        .await;
+    let flaky = worker.flaky.clone();
+    worker.stop().await;
+    assert_eq!(metrics.exhausted_count("requeue"), 3 * KEYS as u64);
+    assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+    for k in 0..KEYS {
+        let data = format!("key-{k}:3");
+        assert_eq!(flaky.attempts_on(&data), 2 * 4, "{data}: 2 attempts on the original and on each of 3 copies");
+    }
+    assert_eq!(flaky.distinct(), written.len(), "the processor saw the original data, never the envelope");
+    assert_others_once(&flaky, &written);
+    // The copies are on the stream, keyed like the original, carrying their history.
+    let on_stream = read_stream(&kinesis, &stream).await;
+    let mut copies: HashMap<String, Vec<(u32, u32)>> = HashMap::new();
+    assert_eq!(on_stream.len(), kinesis_records + 3 * KEYS, "the records as written, then the copies");
+    for (key, data) in &on_stream[kinesis_records..] {
+        let (history, original) = open_requeued(&bytes::Bytes::from(data.clone())).expect("a requeued copy");
+        assert_eq!(original, format!("{key}:3").as_bytes());
+        copies.entry(key.clone()).or_default().push((history.requeues, history.attempts));
+    }
+    for k in 0..KEYS {
+        assert_eq!(copies[&format!("key-{k}")], vec![(1, 2), (2, 4), (3, 6)]);
+    }
 }
 
 #[test]
 fn block_holds_the_key_back_and_keeps_its_order() {
-    run_test(async {
-        let (_kinesis, stream, written) = stream_with_records("block").await;
-        let worker = InProcess::start(
-            &stream,
-            // More slots than keys: a blocked record holds its slot, so each key needs one of its own.
-            "ordering: key\nconcurrency: 8\nretry: {maxAttempts: 2, backoff: 10ms, onExhausted: block}\n",
-        );
-        let metrics = worker.metrics.clone();
-        let flaky = worker.flaky.clone();
-        // Records before the failing one of each key go through; nothing after it does.
-        eventually("each key blocked on its failing record", Duration::from_secs(30), || {
-            (0..KEYS).all(|k| flaky.attempts_on(&format!("key-{k}:3")) >= 4)
-        })
-        .await;
-        assert_eq!(metrics.records_processed.get(), 3 * KEYS as u64, "only records 0..2 of each key");
-        for k in 0..KEYS {
-            assert_eq!(flaky.attempts_on(&format!("key-{k}:4")), 0, "key-{k}: a later record ran past a blocked one");
-        }
-        flaky.healed.store(true, Ordering::SeqCst);
-        eventually("everything processed once healed", Duration::from_secs(30), || {
-            metrics.records_processed.get() >= written.len() as u64
-        })
-        .await;
-        worker.stop().await;
-        assert_eq!(metrics.exhausted_count("skip") + metrics.exhausted_count("requeue"), 0);
-        assert_key_order(&flaky, true);
-        assert_others_once(&flaky, &written);
-        assert_eq!(metrics.records_processed.get(), written.len() as u64, "each record processed once");
-    });
+    run_test(block_case(Input::Plain));
+}
+
+#[test]
+fn block_holds_a_key_back_inside_an_aggregate() {
+    run_test(block_case(Input::Aggregated));
+}
+
+async fn block_case(input: Input) {
+    let Written { stream, records: written, .. } = stream_with_records("block", input).await;
+    let worker = InProcess::start(
+        &stream,
+        // More slots than keys: a blocked record holds its slot, so each key needs one of its own.
+        "ordering: key\nconcurrency: 8\nretry: {maxAttempts: 2, backoff: 10ms, onExhausted: block}\n",
+    );
+    let metrics = worker.metrics.clone();
+    let flaky = worker.flaky.clone();
+    // Records before the failing one of each key go through; nothing after it does.
+    eventually("each key blocked on its failing record", Duration::from_secs(30), || {
+        (0..KEYS).all(|k| flaky.attempts_on(&format!("key-{k}:3")) >= 4)
+    })
+    .await;
+    assert_eq!(metrics.records_processed.get(), 3 * KEYS as u64, "only records 0..2 of each key");
+    for k in 0..KEYS {
+        assert_eq!(flaky.attempts_on(&format!("key-{k}:4")), 0, "key-{k}: a later record ran past a blocked one");
+    }
+    flaky.healed.store(true, Ordering::SeqCst);
+    eventually("everything processed once healed", Duration::from_secs(30), || {
+        metrics.records_processed.get() >= written.len() as u64
+    })
+    .await;
+    worker.stop().await;
+    assert_eq!(metrics.exhausted_count("skip") + metrics.exhausted_count("requeue"), 0);
+    assert_key_order(&flaky, true);
+    assert_others_once(&flaky, &written);
+    assert_eq!(metrics.records_processed.get(), written.len() as u64, "each record processed once");
 }

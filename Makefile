@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries chaos faketime crds demo-workers test test-node test-open-bugs lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images bench bench-kcl demo fmt
+.PHONY: check-binaries chaos faketime crds demo-local demo-workers test test-node test-open-bugs lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators up, formatting and lints, all tests.
 test: emulators control-plane faketime lint
@@ -83,9 +83,15 @@ bench-kcl: emulators
 	$(GROUND)/kcl-bench.sh all --records 100000
 	$(GROUND)/kcl-bench.sh both --failover 3 --timeout 400
 
-## The whole loop, narrated: control plane, emulators, the operator, worker pods run as processes;
-## apply a consumer, process records, kill a worker and watch its shards move, delete, clean up.
-demo: emulators control-plane
+## The whole loop, narrated, on a real node: control plane, emulators, the node with the project's images,
+## the operator; apply a consumer, records through real worker pods, delete a pod and kill a container and
+## watch their shards move, delete, clean up.
+demo: emulators control-plane images node
+	cargo build -q -p leasehold-operator --bin leasehold-operator --example node_demo
+	LEASEHOLD_OPERATOR_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-operator $(CARGO_TARGET_DIR)/debug/examples/node_demo
+
+## The same loop without a node (no root needed): worker pods run as processes by a stand-in kubelet.
+demo-local: emulators control-plane
 	cargo build -q -p leasehold-worker --bin leasehold-worker
 	cargo build -q -p leasehold-operator --bin leasehold-operator --example demo
 	LEASEHOLD_OPERATOR_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-operator $(CARGO_TARGET_DIR)/debug/examples/demo

@@ -2,7 +2,8 @@
 # The project's images as OCI archives, built without a container daemon, and imported into the real
 # node's containerd (tests/ground/node.sh).
 #
-#   tests/ground/images.sh build    # release binaries (static) -> worker.tar, operator.tar; pause.tar
+#   tests/ground/images.sh build    # release binaries (static) -> worker.tar, operator.tar; pause.tar;
+#                                   # http-sink.tar (the http processor's test sidecar, worker/examples/http_sink.rs)
 #   tests/ground/images.sh pause    # only the pause image (a few lines of C, linked statically)
 #   tests/ground/images.sh check    # each archive agrees with its images/*.Dockerfile (user, entrypoint, files)
 #   tests/ground/images.sh import   # load the archives into the running node's containerd
@@ -20,6 +21,7 @@ TARGET=x86_64-unknown-linux-gnu
 STATIC_TARGET_DIR="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target-static}"
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/leasehold/Chart.yaml")"
 PAUSE_IMAGE=leasehold.local/pause:3.10
+HTTP_SINK_IMAGE=leasehold.local/http-sink:test
 CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 
 pause() {
@@ -44,7 +46,8 @@ build() {
   log "building the release binaries, statically linked (target dir $STATIC_TARGET_DIR)"
   (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$STATIC_TARGET_DIR" \
     cargo build --release --locked --target "$TARGET" \
-    -p leasehold-worker --bin leasehold-worker -p leasehold-operator --bin leasehold-operator >&2) ||
+    -p leasehold-worker --bin leasehold-worker --example http_sink \
+    -p leasehold-operator --bin leasehold-operator >&2) ||
     die "cargo build --release failed"
   local component bin target_dir
   # Where cargo really put them (a cargo wrapper may choose the target dir).
@@ -58,6 +61,12 @@ build() {
       --file "$CA_BUNDLE:$CA_BUNDLE:644" --file "$bin:/leasehold-$component:755" > "$OUT/$component.json"
     log "$component image: $OUT/$component.tar ($(jq -r .name "$OUT/$component.json"))"
   done
+  # Not a product image: the receiving end of the http processor, run as a sidecar by the node tests.
+  bin="$target_dir/$TARGET/release/examples/http_sink"
+  file -b "$bin" | grep -q 'statically linked\|static-pie' || die "$bin is not statically linked: $(file -b "$bin")"
+  python3 "$OCI" build --out "$OUT/http-sink.tar" --name "$HTTP_SINK_IMAGE" --user 65532:65532 \
+    --entrypoint /http-sink --file "$bin:/http-sink:755" > "$OUT/http-sink.json"
+  log "http-sink image: $OUT/http-sink.tar ($HTTP_SINK_IMAGE)"
   check
 }
 

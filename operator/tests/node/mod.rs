@@ -89,6 +89,21 @@ pub fn worker_image() -> String {
     format!("ghcr.io/leasehold/worker:{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// The http processor's test sidecar (`worker/examples/http_sink.rs`), built by `make images`.
+pub const HTTP_SINK_IMAGE: &str = "leasehold.local/http-sink:test";
+
+/// Runs the cached `kubectl` against the control plane; returns stdout, panics on failure.
+pub fn kubectl(args: &[&str]) -> String {
+    let program = leasehold_testkit::cache_dir().join("k8s-bin").join("kubectl");
+    let output = std::process::Command::new(&program)
+        .args(args)
+        .env("KUBECONFIG", crate::support::kubeconfig_path())
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", program.display()));
+    assert!(output.status.success(), "kubectl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
 /// One record as the stdout processor printed it, with when the test read the line.
 #[derive(Clone, Debug)]
 pub struct Delivery {
@@ -97,7 +112,7 @@ pub struct Delivery {
     pub seen_at: Instant,
 }
 
-/// A worker container instance: pod name and restart count.
+/// A followed container instance: pod name and restart count.
 type Instance = (String, i32);
 
 /// Lines (with when they were read) by container instance.
@@ -113,8 +128,13 @@ impl Logs {
     /// Follows the `worker` container of every pod matching `selector` in `pods`, each instance once,
     /// until `stop`.
     pub fn follow(pods: Api<Pod>, selector: &str, stop: CancellationToken) -> Self {
+        Self::follow_container(pods, selector, "worker", stop)
+    }
+
+    /// Follows the `container` of every pod matching `selector` in `pods` (each instance once) until `stop`.
+    pub fn follow_container(pods: Api<Pod>, selector: &str, container: &str, stop: CancellationToken) -> Self {
         let logs = Self::default();
-        let (all, selector) = (logs.clone(), selector.to_string());
+        let (all, selector, container) = (logs.clone(), selector.to_string(), container.to_string());
         tokio::spawn(async move {
             let mut followed: HashSet<(String, i32)> = HashSet::new();
             while !stop.is_cancelled() {
@@ -123,11 +143,11 @@ impl Logs {
                         let Some(status) = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()) else {
                             continue;
                         };
-                        let Some(worker) = status.iter().find(|c| c.name == "worker") else { continue };
-                        let running = worker.state.as_ref().is_some_and(|s| s.running.is_some());
-                        let key = (pod.name_any(), worker.restart_count);
+                        let Some(followed_one) = status.iter().find(|c| c.name == container) else { continue };
+                        let running = followed_one.state.as_ref().is_some_and(|s| s.running.is_some());
+                        let key = (pod.name_any(), followed_one.restart_count);
                         if running && followed.insert(key.clone()) {
-                            tokio::spawn(all.clone().follow_one(pods.clone(), key));
+                            tokio::spawn(all.clone().follow_one(pods.clone(), container.clone(), key));
                         }
                     }
                 }
@@ -137,8 +157,8 @@ impl Logs {
         logs
     }
 
-    async fn follow_one(self, pods: Api<Pod>, key: (String, i32)) {
-        let params = LogParams { container: Some("worker".into()), follow: true, ..LogParams::default() };
+    async fn follow_one(self, pods: Api<Pod>, container: String, key: (String, i32)) {
+        let params = LogParams { container: Some(container), follow: true, ..LogParams::default() };
         // A container that has just (re)started may not serve its log yet: retry for a while.
         let mut attempt = 0;
         let stream = loop {

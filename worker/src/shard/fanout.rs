@@ -70,8 +70,12 @@ impl ShardReader {
         let mut failures = subscribe_backoff();
         let mut subscribe_log = RateLimited::new();
         let mut replace_log = RateLimited::new();
-        // Since when no subscription has delivered: the reader's start, or the end of the last
-        // subscription that delivered an event.
+        if let Some(exit) = self.resolve_consumer(d, cursor, &stream, &mut failures).await? {
+            return Ok(exit);
+        }
+        // Since when no subscription has delivered: the consumer's resolution (registering it and
+        // waiting for ACTIVE may take a while on first use), or the end of the last subscription that
+        // delivered an event.
         let mut down_since = Instant::now();
         loop {
             if self.held.lost().is_cancelled() {
@@ -92,12 +96,7 @@ impl ShardReader {
             };
             let mut subscription = match self.drive(d, self.kinesis.subscribe(&stream, &shard, &from)).await? {
                 Ok(subscription) => subscription,
-                Err(KinesisError::StreamNotFound { .. }) => {
-                    let error = format!("stream {stream} not found");
-                    tracing::error!(shard = %key, error, "stream gone; giving the shard up");
-                    self.drain(d).await?;
-                    return Ok(ShardExit::Failed { reason: error, last: cursor.position(d) });
-                }
+                Err(KinesisError::StreamNotFound { .. }) => return self.stream_gone(d, cursor, &stream).await,
                 Err(e) => {
                     let reason = match e {
                         KinesisError::ResourceInUse(_) => "resource_in_use",
@@ -176,6 +175,45 @@ impl ShardReader {
         }
     }
 
+    /// Resolves (registering if absent) the stream consumer before the first subscription; failures
+    /// are retried with backoff until a lease duration has passed, then the shard is given up. `Some`
+    /// when the reader must exit.
+    async fn resolve_consumer(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &Cursor,
+        stream: &str,
+        failures: &mut impl Iterator<Item = Duration>,
+    ) -> Flow<Option<ShardExit>> {
+        let started = Instant::now();
+        let mut log = RateLimited::new();
+        loop {
+            let resolved = tokio::select! {
+                _ = self.stop.cancelled() => return self.stopped(d, cursor).await.map(Some),
+                resolved = self.drive(d, self.kinesis.consumer_arn(stream)) => resolved?,
+            };
+            match resolved {
+                Ok(_) => return Ok(None),
+                Err(KinesisError::StreamNotFound { .. }) => return self.stream_gone(d, cursor, stream).await.map(Some),
+                Err(e) => {
+                    self.runner.metrics().subscribe_failed("other");
+                    if let Some(held_back) = log.allow() {
+                        tracing::warn!(shard = %self.held.key(), error = %e, held_back,
+                            "cannot resolve the stream consumer; retrying (counted in leasehold_fanout_subscribe_failures_total)");
+                    }
+                }
+            }
+            if started.elapsed() >= self.settings.resubscribe_limit {
+                return self.give_up(d, cursor, started).await.map(Some);
+            }
+            let delay = failures.next().unwrap_or(Duration::from_secs(2));
+            self.drive(d, self.wait(Some(Instant::now() + delay))).await?;
+            if self.held.lost().is_cancelled() {
+                return Ok(Some(ShardExit::Lost));
+            }
+        }
+    }
+
     /// The next event of `subscription`, unless none comes within `wait` or a stop is asked for.
     async fn next_event(&self, subscription: &mut Subscription, wait: Duration) -> Next {
         tokio::select! {
@@ -187,6 +225,14 @@ impl ShardReader {
                 Ok(Err(e)) => Next::Broken(e),
             },
         }
+    }
+
+    /// The stream is gone: the records running finish and the shard is given up, as polling does.
+    async fn stream_gone(&self, d: &mut Dispatcher, cursor: &Cursor, stream: &str) -> Flow<ShardExit> {
+        let reason = format!("stream {stream} not found");
+        tracing::error!(shard = %self.held.key(), reason, "stream gone; giving the shard up");
+        self.drain(d).await?;
+        Ok(ShardExit::Failed { reason, last: cursor.position(d) })
     }
 
     /// No subscription delivered for a lease duration: the shard is released (what is done

@@ -248,3 +248,19 @@ impl ShardReader {
         Ok(ShardExit::Failed { reason, last: cursor.position(d) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn fault_logs_are_rate_limited_and_say_how_many_were_held_back() {
+        let mut log = RateLimited::new();
+        assert_eq!(log.allow(), Some(0));
+        assert_eq!(log.allow(), None);
+        assert_eq!(log.allow(), None);
+        tokio::time::advance(LOG_EVERY).await;
+        assert_eq!(log.allow(), Some(2));
+        assert_eq!(log.allow(), None);
+    }
+}

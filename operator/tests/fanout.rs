@@ -48,7 +48,7 @@ async fn registered_on_apply_once_then_deregistered_on_delete() {
         .expect("fan-out server");
     let controls = server.controls();
     // Long enough to see the workers wait for it.
-    controls.set_consumer_transition(Duration::from_secs(3));
+    controls.set_consumer_transition(Duration::from_secs(5));
     let kinesis = leasehold_testkit::kinesis_client().await;
     let first = leasehold_testkit::create_stream(&kinesis, "op-fo", 1).await;
     let second = leasehold_testkit::create_stream(&kinesis, "op-fo", 2).await;
@@ -67,8 +67,10 @@ async fn registered_on_apply_once_then_deregistered_on_delete() {
         on_stream(&controls, &first_arn).len() == 1 && on_stream(&controls, &second_arn).len() == 1
     })
     .await;
-    let creating = ns.condition("orders", "ConsumerReady").await;
-    assert_eq!(creating, Some(("False".into(), "ConsumerNotActive".into())), "while CREATING");
+    wait("ConsumerReady=False while CREATING", SLOW, || async {
+        ns.condition("orders", "ConsumerReady").await == Some(("False".into(), "ConsumerNotActive".into()))
+    })
+    .await;
     assert_eq!(ns.replicas("orders-workers").await, None, "no workers before the consumer is ACTIVE");
     wait("ConsumerReady", SLOW, || async {
         ns.condition("orders", "ConsumerReady").await == Some(("True".into(), "Active".into()))

@@ -11,7 +11,7 @@ pub use reference::reference_markdown;
 pub use resolved::{ResolvedDurations, ResolvedSpec, defaults};
 pub use spec::*;
 pub use status::*;
-pub use validate::{FieldError, MAX_HTTP_BATCH};
+pub use validate::{FieldError, MAX_HTTP_BATCH, default_consumer_name, kinesis_consumer_name, valid_consumer_name};
 
 /// API group of every Leasehold resource.
 pub const API_GROUP: &str = "leasehold.io";

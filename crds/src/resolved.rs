@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use crate::spec::{OnExhausted, Ordering};
+use crate::spec::{OnExhausted, Ordering, ReaderMode};
 
 /// Every default of a spec, once: the resolver applies them to a spec, and code that builds worker
 /// settings without a spec (tests, embedders) starts from [`ResolvedSpec::default`], made of them.
 pub mod defaults {
     use std::time::Duration;
 
-    use crate::spec::{OnExhausted, Ordering};
+    use crate::spec::{OnExhausted, Ordering, ReaderMode};
 
     /// `lease.duration`.
     pub const LEASE_DURATION: Duration = Duration::from_secs(10);
@@ -31,6 +31,11 @@ pub mod defaults {
     pub const MAX_RECORDS: i32 = 1000;
     /// `reader.deaggregate`.
     pub const DEAGGREGATE: bool = true;
+    /// `reader.mode`.
+    pub const READER_MODE: ReaderMode = ReaderMode::Polling;
+    /// `reader.subscriptionIdleTimeout`: twice the service's 5 s heartbeat, so one late heartbeat does
+    /// not drop a healthy subscription.
+    pub const SUBSCRIPTION_IDLE_TIMEOUT: Duration = Duration::from_secs(10);
     /// `retry.maxAttempts`.
     pub const MAX_ATTEMPTS: u32 = 5;
     /// `retry.backoff`.
@@ -61,6 +66,8 @@ pub struct ResolvedSpec {
     pub max_records: i32,
     /// `reader.deaggregate`.
     pub deaggregate: bool,
+    /// `reader.mode`.
+    pub mode: ReaderMode,
     /// `ordering`.
     pub ordering: Ordering,
     /// `concurrency`.
@@ -79,6 +86,7 @@ impl Default for ResolvedSpec {
             durations: ResolvedDurations::default(),
             max_records: defaults::MAX_RECORDS,
             deaggregate: defaults::DEAGGREGATE,
+            mode: defaults::READER_MODE,
             ordering: defaults::ORDERING,
             concurrency: defaults::CONCURRENCY,
             max_attempts: defaults::MAX_ATTEMPTS,
@@ -105,6 +113,8 @@ pub struct ResolvedDurations {
     pub graceful_timeout: Duration,
     /// `reader.idleTime` (default 500 ms).
     pub idle_time: Duration,
+    /// `reader.subscriptionIdleTimeout` (default 10 s).
+    pub subscription_idle_timeout: Duration,
     /// `retry.backoff` (default 1 s).
     pub retry_backoff: Duration,
     /// `processor.http.timeout` (default 5 s).
@@ -125,6 +135,7 @@ impl Default for ResolvedDurations {
             checkpoint_interval: defaults::CHECKPOINT_INTERVAL,
             graceful_timeout: defaults::GRACEFUL_TIMEOUT,
             idle_time: defaults::IDLE_TIME,
+            subscription_idle_timeout: defaults::SUBSCRIPTION_IDLE_TIMEOUT,
             retry_backoff: defaults::RETRY_BACKOFF,
             http_timeout: defaults::HTTP_TIMEOUT,
             http_batch_max_delay: defaults::HTTP_BATCH_MAX_DELAY,

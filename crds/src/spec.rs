@@ -291,6 +291,36 @@ pub struct ReaderSpec {
     /// false hands every Kinesis record to the processor as it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deaggregate: Option<bool>,
+    /// `polling` (GetRecords, the default) or `fanOut` (enhanced fan-out: SubscribeToShard through a
+    /// registered stream consumer with its own 2 MB/s per shard, records pushed as they arrive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ReaderMode>,
+    /// With `mode: fanOut`: the registered stream consumer's name (1-128 of a-z, A-Z, 0-9, `_`, `-`,
+    /// `.`), registered if absent. Default: `<namespace>.<name>` of the StreamConsumer (the operator
+    /// writes it into the workers' configuration); a worker run without the operator defaults to the
+    /// lease table's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = CONSUMER_NAME_PATTERN), length(max = 128))]
+    pub consumer_name: Option<String>,
+    /// With `mode: fanOut`: a subscription that delivers no event for this long is dropped and
+    /// replaced (the service sends an event at least every 5 s, records or not). Default 10s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub subscription_idle_timeout: Option<String>,
+}
+
+/// The form of a Kinesis stream consumer name (the CRD schema and the worker check the same).
+pub const CONSUMER_NAME_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}$";
+
+/// How a worker reads its shards.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ReaderMode {
+    /// GetRecords in a loop, sharing the shard's 2 MB/s and 5 calls/s with every other consumer.
+    #[default]
+    Polling,
+    /// Enhanced fan-out: SubscribeToShard, the records pushed through a registered stream consumer.
+    FanOut,
 }
 
 /// The record processor: exactly one kind.

@@ -87,7 +87,50 @@ pub fn valid_stream_name(name: &str) -> bool {
     valid_aws_name(name, 1..=128)
 }
 
+/// True for a valid Kinesis stream consumer name: 1-128 of `a-z A-Z 0-9 _ - .`.
+pub fn valid_consumer_name(name: &str) -> bool {
+    valid_aws_name(name, 1..=128)
+}
+
+/// `text` made a valid Kinesis consumer name: every other character becomes `-`, and a name longer
+/// than 128 keeps its first 111 characters and ends in `-` and 16 hex digits of a hash of the whole
+/// (so two long names that share a prefix stay apart).
+pub fn kinesis_consumer_name(text: &str) -> String {
+    let cleaned: String =
+        text.chars().map(|c| if c.is_ascii_alphanumeric() || "_-.".contains(c) { c } else { '-' }).collect();
+    match cleaned.len() {
+        0 => "leasehold".into(),
+        1..=128 => cleaned,
+        _ => {
+            // FNV-1a: stable across versions and platforms, which std's hasher does not promise.
+            let hash =
+                text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+            format!("{}-{hash:016x}", &cleaned[..111])
+        }
+    }
+}
+
+/// The default consumer name of the StreamConsumer `namespace`/`name`: `<namespace>.<name>` (a
+/// namespace holds no `.`, so no two resources share one), made valid by [`kinesis_consumer_name`].
+pub fn default_consumer_name(namespace: &str, name: &str) -> String {
+    kinesis_consumer_name(&format!("{namespace}.{name}"))
+}
+
 impl StreamConsumerSpec {
+    /// The stream consumer name of a fan-out reader: `reader.consumerName`, else the default of the
+    /// resource `namespace`/`name` when known (the operator), else the lease table's name (a lease
+    /// table is one consumer group), else `leasehold`.
+    pub fn consumer_name(&self, resource: Option<(&str, &str)>) -> String {
+        if let Some(name) = &self.reader.consumer_name {
+            return name.clone();
+        }
+        match (resource, &self.lease_table) {
+            (Some((namespace, name)), _) => default_consumer_name(namespace, name),
+            (None, Some(table)) => kinesis_consumer_name(&table.name),
+            (None, None) => "leasehold".into(),
+        }
+    }
+
     /// Every problem with the spec, or the spec with its defaults applied.
     pub fn validate(&self) -> Result<ResolvedSpec, Vec<FieldError>> {
         let mut errors = Vec::new();
@@ -138,6 +181,11 @@ impl StreamConsumerSpec {
             ),
             graceful_timeout: parse("spec.lease.gracefulTimeout", lease.graceful_timeout.as_ref(), d.graceful_timeout),
             idle_time: parse("spec.reader.idleTime", self.reader.idle_time.as_ref(), d.idle_time),
+            subscription_idle_timeout: parse(
+                "spec.reader.subscriptionIdleTimeout",
+                self.reader.subscription_idle_timeout.as_ref(),
+                d.subscription_idle_timeout,
+            ),
             retry_backoff: parse(
                 "spec.retry.backoff",
                 self.retry.as_ref().and_then(|r| r.backoff.as_ref()),
@@ -174,6 +222,7 @@ impl StreamConsumerSpec {
             durations,
             max_records: self.reader.max_records.unwrap_or(defaults::MAX_RECORDS),
             deaggregate: self.reader.deaggregate.unwrap_or(defaults::DEAGGREGATE),
+            mode: self.reader.mode.unwrap_or(defaults::READER_MODE),
             ordering: self.ordering.unwrap_or(defaults::ORDERING),
             concurrency: count(self.concurrency, defaults::CONCURRENCY),
             max_attempts: retry
@@ -317,6 +366,14 @@ impl StreamConsumerSpec {
             errors
                 .push(FieldError::new("spec.reader.maxRecords", "must be between 1 and 10000 (the GetRecords limit)"));
         }
+        if let Some(name) = &self.reader.consumer_name
+            && !valid_consumer_name(name)
+        {
+            errors.push(FieldError::new(
+                "spec.reader.consumerName",
+                format!("{name:?} is not a Kinesis consumer name (1-128 of a-z, A-Z, 0-9, _, -, .)"),
+            ));
+        }
         if let Some(retry) = &self.retry {
             if retry.max_attempts.is_some_and(|n| n < 1) {
                 errors.push(FieldError::new("spec.retry.maxAttempts", "must be 1 or more"));
@@ -392,6 +449,32 @@ mod tests {
         assert_eq!(fields(&http("{maxRecords: 0}")), vec!["spec.processor.http.batch.maxRecords"]);
         assert_eq!(fields(&http("{maxRecords: 501}")), vec!["spec.processor.http.batch.maxRecords"]);
         assert_eq!(fields(&http("{maxDelay: soon}")), vec!["spec.processor.http.batch.maxDelay"]);
+        let reader = |reader: &str| format!("{base}streams: [{{name: a}}]\nreader: {reader}");
+        assert_eq!(fields(&reader("{mode: fanOut, consumerName: 'a/b'}")), vec!["spec.reader.consumerName"]);
+        assert_eq!(fields(&reader("{subscriptionIdleTimeout: 0s}")), vec!["spec.reader.subscriptionIdleTimeout"]);
+    }
+
+    #[test]
+    fn fan_out_is_read_with_its_defaults() {
+        let fan_out = spec("streams: [{name: a}]\nprocessor: {stdout: {}}\nreader: {mode: fanOut}");
+        let resolved = fan_out.validate().expect("valid");
+        assert_eq!(resolved.mode, crate::spec::ReaderMode::FanOut);
+        assert_eq!(resolved.durations.subscription_idle_timeout, Duration::from_secs(10));
+        assert_eq!(fan_out.consumer_name(Some(("team-a", "orders"))), "team-a.orders");
+        assert_eq!(fan_out.consumer_name(None), "leasehold");
+        let err = serde_yaml_ng::from_str::<StreamConsumerSpec>("processor: {}\nreader: {mode: fanout}")
+            .expect_err("the mode is camelCase");
+        assert!(err.to_string().contains("fanOut"), "{err}");
+    }
+
+    #[test]
+    fn default_consumer_names_are_valid_and_distinct() {
+        let long = "n".repeat(253);
+        let a = default_consumer_name("ns", &long);
+        let b = default_consumer_name("ns", &format!("{}x", &long[..252]));
+        assert!(valid_consumer_name(&a) && valid_consumer_name(&b), "{a} {b}");
+        assert_ne!(a, b);
+        assert_eq!(kinesis_consumer_name("a/b c"), "a-b-c");
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct WorkerConfig {
     pub stream_arns: HashMap<String, String>,
     /// Where shards without a checkpoint (and without parents) start.
     pub root_start: Checkpoint,
+    /// The stream consumer of `reader.mode: fanOut`: `reader.consumerName`, else the lease table's
+    /// name, else `leasehold` (the operator writes `reader.consumerName` for its workers).
+    pub consumer_name: String,
 }
 
 impl WorkerConfig {
@@ -92,7 +95,8 @@ impl WorkerConfig {
         };
         let stream_arns =
             spec.streams.iter().filter_map(|s| Some((s.stream_name().to_string(), s.arn.clone()?))).collect();
-        Ok(Self { spec, resolved, selection, stream_arns, root_start })
+        let consumer_name = spec.consumer_name(None);
+        Ok(Self { spec, resolved, selection, stream_arns, root_start, consumer_name })
     }
 }
 
@@ -162,6 +166,20 @@ mod tests {
         assert_eq!(batch.max_records, Some(50));
         assert_eq!(config.resolved.durations.http_batch_max_delay, std::time::Duration::from_millis(20));
         assert_eq!(config.resolved.http_batch_records, 50);
+    }
+
+    #[test]
+    fn fan_out_names_its_consumer() {
+        let config = parse(
+            "streams: [{name: orders}]\nleaseTable: {name: orders-leases}\nprocessor: {stdout: {}}\nreader: {mode: fanOut}",
+        )
+        .expect("valid");
+        assert_eq!(config.resolved.mode, leasehold_crds::ReaderMode::FanOut);
+        assert_eq!(config.consumer_name, "orders-leases");
+        let err =
+            parse("streams: [{name: orders}]\nprocessor: {stdout: {}}\nreader: {mode: fanOut, consumerName: 'a b'}")
+                .unwrap_err();
+        assert!(err.to_string().contains("spec.reader.consumerName"), "{err}");
     }
 
     #[test]

@@ -45,13 +45,26 @@ pub struct Metrics {
     pub lease_table_missing: Gauge,
     /// Records whose processing call has run longer than `lease.gracefulTimeout` and not returned.
     pub records_stuck: Gauge,
-    /// Milliseconds behind the stream's tip at the last GetRecords, per shard.
+    /// Milliseconds behind the stream's tip at the last GetRecords or fan-out event, per shard.
     pub millis_behind_latest: Family<Labels, Gauge>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
     pub records_not_deaggregated: Counter,
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
     /// record hashing outside the shard, which the KPL puts again to the right shard).
     pub user_records_skipped: Family<Labels, Counter>,
+    /// Fan-out subscriptions opened (SubscribeToShard answered).
+    pub fanout_subscriptions: Counter,
+    /// SubscribeToShard calls refused or failed, by reason (`resource_in_use`, `limit_exceeded`,
+    /// `other`); each is retried with backoff.
+    pub fanout_subscribe_failures: Family<Labels, Counter>,
+    /// Subscriptions replaced by a new one, by why (`ended`: the service ended it, its 5-minute
+    /// lifetime; `idle`: no event within `reader.subscriptionIdleTimeout`; `broken`: the event stream
+    /// failed or the connection dropped).
+    pub fanout_subscriptions_replaced: Family<Labels, Counter>,
+    /// Shards given up (lease released) because no subscription delivered within a lease duration.
+    pub fanout_shards_given_up: Counter,
+    /// Stream consumers this worker registered (it found them absent).
+    pub fanout_consumers_registered: Counter,
     /// True while the coordinator runs (served as `/readyz`).
     ready: AtomicBool,
 }
@@ -74,6 +87,11 @@ impl Default for Metrics {
             millis_behind_latest: Family::default(),
             records_not_deaggregated: Counter::default(),
             user_records_skipped: Family::default(),
+            fanout_subscriptions: Counter::default(),
+            fanout_subscribe_failures: Family::default(),
+            fanout_subscriptions_replaced: Family::default(),
+            fanout_shards_given_up: Counter::default(),
+            fanout_consumers_registered: Counter::default(),
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
@@ -112,7 +130,7 @@ impl Default for Metrics {
         );
         registry.register(
             "millis_behind_latest",
-            "Milliseconds behind the tip at the last GetRecords, per shard",
+            "Milliseconds behind the tip at the last GetRecords or fan-out event, per shard",
             metrics.millis_behind_latest.clone(),
         );
         registry.register(
@@ -124,6 +142,31 @@ impl Default for Metrics {
             "user_records_skipped",
             "User records of KPL aggregates not delivered, by reason (outside_shard)",
             metrics.user_records_skipped.clone(),
+        );
+        registry.register(
+            "fanout_subscriptions",
+            "Enhanced fan-out subscriptions opened",
+            metrics.fanout_subscriptions.clone(),
+        );
+        registry.register(
+            "fanout_subscribe_failures",
+            "SubscribeToShard calls that failed, by reason (resource_in_use, limit_exceeded, other), retried with backoff",
+            metrics.fanout_subscribe_failures.clone(),
+        );
+        registry.register(
+            "fanout_subscriptions_replaced",
+            "Fan-out subscriptions replaced, by reason (ended, idle, broken)",
+            metrics.fanout_subscriptions_replaced.clone(),
+        );
+        registry.register(
+            "fanout_shards_given_up",
+            "Shards released because no fan-out subscription delivered within a lease duration",
+            metrics.fanout_shards_given_up.clone(),
+        );
+        registry.register(
+            "fanout_consumers_registered",
+            "Stream consumers this worker registered",
+            metrics.fanout_consumers_registered.clone(),
         );
         metrics
     }
@@ -143,6 +186,26 @@ impl Metrics {
     /// Counts `count` user records skipped for `reason`.
     pub fn skipped_user_records(&self, reason: &'static str, count: u64) {
         self.user_records_skipped.get_or_create(&label("reason", reason)).inc_by(count);
+    }
+
+    /// Counts a failed SubscribeToShard call.
+    pub fn subscribe_failed(&self, reason: &'static str) {
+        self.fanout_subscribe_failures.get_or_create(&label("reason", reason)).inc();
+    }
+
+    /// How many SubscribeToShard calls failed for `reason`.
+    pub fn subscribe_failures(&self, reason: &'static str) -> u64 {
+        self.fanout_subscribe_failures.get_or_create(&label("reason", reason)).get()
+    }
+
+    /// Counts a subscription replaced for `reason`.
+    pub fn subscription_replaced(&self, reason: &'static str) {
+        self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).inc();
+    }
+
+    /// How many subscriptions were replaced for `reason`.
+    pub fn subscriptions_replaced(&self, reason: &'static str) -> u64 {
+        self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).get()
     }
 
     /// Sets how far behind the tip `shard` was at its last read.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_crds::ReaderMode;
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
@@ -10,7 +11,7 @@ use crate::config::WorkerConfig;
 use crate::coordinator::{Coordinator, CoordinatorSettings};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
-use crate::kinesis::Kinesis;
+use crate::kinesis::{Consumers, Kinesis};
 use crate::lease::{
     DynamoLeaseStore, LeaseError, LeaseSettings, LeaseStore, MemoryLeaseStore, ensure_table, unique_owner_id,
 };
@@ -104,7 +105,12 @@ pub async fn run(
             Arc::new(MemoryLeaseStore::new(settings))
         }
     };
-    let kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
+    let mut kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
+    if resolved.mode == ReaderMode::FanOut {
+        tracing::info!(consumer = config.consumer_name, "reading with enhanced fan-out");
+        let consumers = Consumers::new(config.consumer_name.clone(), metrics.fanout_consumers_registered.clone());
+        kinesis = kinesis.with_consumers(Arc::new(consumers));
+    }
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
     let assigned = match &config.selection {
         StreamSelection::Assigned(keys) => Some(keys.clone()),

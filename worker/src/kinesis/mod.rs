@@ -1,4 +1,7 @@
-//! The Kinesis calls a worker makes: listing streams and shards, iterators, GetRecords.
+//! The Kinesis calls a worker makes: listing streams and shards, iterators, GetRecords, and (in
+//! `fanout`) the stream consumer and SubscribeToShard.
+
+mod fanout;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,6 +17,7 @@ use crate::aws::Fault;
 use crate::dispatch::Publisher;
 use crate::kpl::HashKeyRange;
 use crate::processor::Record;
+pub use fanout::{Consumers, FanOutEvent, Subscription};
 
 /// Result of a Kinesis call.
 pub type Result<T, E = KinesisError> = std::result::Result<T, E>;
@@ -32,9 +36,14 @@ pub enum KinesisError {
     /// The shard iterator is older than 5 minutes; get a new one.
     #[error("shard iterator expired")]
     ExpiredIterator,
-    /// Throttled (per-shard read limits, or the control-plane call limits). Retry with backoff.
+    /// Throttled (per-shard read limits, the control-plane call limits, SubscribeToShard's 1 call/s per
+    /// consumer and shard). Retry with backoff.
     #[error("kinesis throttled the request: {0}")]
     Throttled(String),
+    /// The resource is busy: a subscription to the shard is still open (the previous holder's, or one
+    /// replaced less than 5 s ago), or a consumer being registered. Retry with backoff.
+    #[error("kinesis resource in use: {0}")]
+    ResourceInUse(String),
     /// Timed out or failed in transport; retry.
     #[error("kinesis request failed in transport: {0}")]
     Transport(String),
@@ -54,7 +63,10 @@ impl KinesisError {
     /// True for failures worth retrying after a backoff.
     pub fn is_retryable(&self) -> bool {
         match self {
-            KinesisError::Throttled(_) | KinesisError::Transport(_) | KinesisError::ExpiredIterator => true,
+            KinesisError::Throttled(_)
+            | KinesisError::Transport(_)
+            | KinesisError::ExpiredIterator
+            | KinesisError::ResourceInUse(_) => true,
             KinesisError::Service { retryable, .. } => *retryable,
             KinesisError::StreamNotFound { .. } => false,
         }
@@ -74,6 +86,7 @@ impl KinesisError {
             Fault::Service { code, message, server_error } => match code.as_str() {
                 "ResourceNotFoundException" => KinesisError::StreamNotFound { stream: stream.into(), message },
                 "ExpiredIteratorException" => KinesisError::ExpiredIterator,
+                "ResourceInUseException" => KinesisError::ResourceInUse(message),
                 _ => KinesisError::Service { code, message, retryable: server_error },
             },
         }
@@ -117,18 +130,34 @@ pub struct Batch {
     pub millis_behind: Option<i64>,
 }
 
+/// A record as read (by GetRecords or a fan-out event) from `shard_id` of `stream`.
+fn record_of(r: aws_sdk_kinesis::types::Record, stream: &Arc<str>, shard_id: &Arc<str>) -> Record {
+    Record {
+        stream: stream.clone(),
+        shard_id: shard_id.clone(),
+        sequence_number: r.sequence_number,
+        partition_key: r.partition_key,
+        data: Bytes::from(r.data.into_inner()),
+        arrival_ms: r.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()),
+        explicit_hash_key: None,
+        sub_sequence_number: None,
+    }
+}
+
 /// A Kinesis client for the worker's calls.
 #[derive(Debug, Clone)]
 pub struct Kinesis {
     client: Client,
     /// Streams named by ARN (`spec.streams[].arn`), by stream name: their calls pass `StreamARN`.
     arns: Arc<HashMap<String, String>>,
+    /// The stream consumer of enhanced fan-out (`reader.mode: fanOut`).
+    consumers: Option<Arc<Consumers>>,
 }
 
 impl Kinesis {
     /// Wraps an SDK client.
     pub fn new(client: Client) -> Self {
-        Self { client, arns: Arc::default() }
+        Self { client, arns: Arc::default(), consumers: None }
     }
 
     /// The same client addressing the streams of `arns` (stream name -> ARN) by their ARN.
@@ -168,8 +197,8 @@ impl Kinesis {
         }
     }
 
-    /// When `stream` was created, epoch ms: what tells one incarnation of a stream name from the next.
-    pub async fn stream_created(&self, stream: &str) -> Result<i64> {
+    /// DescribeStreamSummary of `stream`.
+    async fn stream_summary(&self, stream: &str) -> Result<Option<aws_sdk_kinesis::types::StreamDescriptionSummary>> {
         let out = self
             .client
             .describe_stream_summary()
@@ -177,7 +206,12 @@ impl Kinesis {
             .send()
             .await
             .map_err(|e| KinesisError::from_sdk(e, stream))?;
-        let created = out.stream_description_summary.map(|s| s.stream_creation_timestamp);
+        Ok(out.stream_description_summary)
+    }
+
+    /// When `stream` was created, epoch ms: what tells one incarnation of a stream name from the next.
+    pub async fn stream_created(&self, stream: &str) -> Result<i64> {
+        let created = self.stream_summary(stream).await?.map(|s| s.stream_creation_timestamp);
         created.and_then(|t| t.to_millis().ok()).ok_or_else(|| KinesisError::Service {
             code: "NoCreationTimestamp".into(),
             message: format!("DescribeStreamSummary of {stream} gave no StreamCreationTimestamp"),
@@ -273,20 +307,7 @@ impl Kinesis {
             .send()
             .await
             .map_err(|e| KinesisError::from_sdk(e, stream))?;
-        let records = out
-            .records
-            .into_iter()
-            .map(|r| Record {
-                stream: stream.clone(),
-                shard_id: shard_id.clone(),
-                sequence_number: r.sequence_number,
-                partition_key: r.partition_key,
-                data: Bytes::from(r.data.into_inner()),
-                arrival_ms: r.approximate_arrival_timestamp.and_then(|t| t.to_millis().ok()),
-                explicit_hash_key: None,
-                sub_sequence_number: None,
-            })
-            .collect();
+        let records = out.records.into_iter().map(|r| record_of(r, stream, shard_id)).collect();
         Ok(Batch { records, next_iterator: out.next_shard_iterator, millis_behind: out.millis_behind_latest })
     }
 

@@ -1,7 +1,9 @@
-//! Reading one shard: iterator from the checkpoint, paced GetRecords, KPL aggregates unpacked into
-//! their user records, records to the dispatcher (order, concurrency, retries), checkpoints of the
-//! completed prefix (inside an aggregate: its sub-sequence), and the shard's end.
+//! Reading one shard: iterator from the checkpoint and paced GetRecords (polling), or subscriptions
+//! (enhanced fan-out, `fanout`); either way KPL aggregates unpacked into their user records, records
+//! to the dispatcher (order, concurrency, retries), checkpoints of the completed prefix (inside an
+//! aggregate: its sub-sequence), and the shard's end.
 
+mod fanout;
 mod lifecycle;
 mod pace;
 mod unpack;
@@ -10,14 +12,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use backon::BackoffBuilder;
-use leasehold_crds::ResolvedSpec;
+use leasehold_crds::{ReaderMode, ResolvedSpec};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
-use crate::processor::ShardProcessor;
+use crate::processor::{Record, ShardProcessor};
 use pace::Pace;
 use unpack::Unpacker;
 
@@ -40,6 +42,14 @@ pub struct ReaderSettings {
     pub hook_timeout: Duration,
     /// Unpack KPL aggregates into their user records (`reader.deaggregate`).
     pub deaggregate: bool,
+    /// Polling or enhanced fan-out (`reader.mode`).
+    pub mode: ReaderMode,
+    /// Fan-out: a subscription silent this long is dropped and replaced
+    /// (`reader.subscriptionIdleTimeout`).
+    pub subscription_idle_timeout: Duration,
+    /// Fan-out: a shard whose subscription cannot be re-established (no event from a new one) within
+    /// this long is given up and its lease released (`lease.duration`).
+    pub resubscribe_limit: Duration,
 }
 
 impl ReaderSettings {
@@ -53,6 +63,9 @@ impl ReaderSettings {
             dispatch: DispatchSettings::from_spec(spec),
             hook_timeout: spec.durations.graceful_timeout,
             deaggregate: spec.deaggregate,
+            mode: spec.mode,
+            subscription_idle_timeout: spec.durations.subscription_idle_timeout,
+            resubscribe_limit: spec.durations.lease,
         }
     }
 }
@@ -117,9 +130,14 @@ fn start_at(position: &Checkpoint) -> Option<StartAt> {
 
 /// Delays between retries of failed Kinesis calls: 100 ms doubling to 5 s, with jitter.
 fn read_backoff() -> impl Iterator<Item = Duration> {
+    backoff(Duration::from_millis(100), Duration::from_secs(5))
+}
+
+/// Delays from `min` doubling to `max`, with jitter, without end.
+fn backoff(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
     backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(100))
-        .with_max_delay(Duration::from_secs(5))
+        .with_min_delay(min)
+        .with_max_delay(max)
         .with_jitter()
         .without_max_times()
         .build()
@@ -180,7 +198,11 @@ impl ShardReader {
         );
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
-        let exit = match self.read(&mut dispatcher, &mut cursor).await {
+        let read = match self.settings.mode {
+            ReaderMode::Polling => self.read(&mut dispatcher, &mut cursor).await,
+            ReaderMode::FanOut => self.read_fan_out(&mut dispatcher, &mut cursor).await,
+        };
+        let exit = match read {
             Ok(exit) | Err(exit) => exit,
         };
         self.runner.metrics().forget_shard(&self.held.key().to_string());
@@ -191,11 +213,9 @@ impl ShardReader {
         let key = self.held.key().clone();
         let stream: Arc<str> = Arc::from(key.stream());
         let shard: Arc<str> = Arc::from(key.shard_id());
-        let shard_label = key.to_string();
         let mut iterator: Option<String> = None;
         let mut pace = Pace::new(self.settings.min_call_gap);
-        let mut unpacker =
-            Unpacker::new(self.settings.deaggregate, &cursor.start, self.runner.metrics().clone(), shard_label.clone());
+        let mut unpacker = self.unpacker(cursor);
         let mut failures = read_backoff();
         loop {
             if self.held.lost().is_cancelled() {
@@ -240,32 +260,9 @@ impl ShardReader {
                 }
             };
             failures = read_backoff();
-            if let Some(behind) = batch.millis_behind {
-                self.runner.metrics().behind(&shard_label, behind);
-            }
             let empty = batch.records.is_empty();
-            let last_fetched = batch.records.last().map(|r| r.sequence_number.clone());
-            for record in batch.records {
-                let deaggregated = unpacker.deaggregate(&record);
-                if unpacker.wants_range(&record, &deaggregated) {
-                    let listed = self.drive(d, self.kinesis.hash_key_range(&stream, &shard)).await?;
-                    unpacker.set_range(listed);
-                }
-                for (record, covers) in unpacker.expand(record, deaggregated) {
-                    if self.stop.is_cancelled() {
-                        return self.stopped(d, cursor).await;
-                    }
-                    // Backpressure: the next record is admitted only when the window has room.
-                    while !d.has_room() {
-                        self.step(d).await?;
-                        self.maybe_checkpoint(d, cursor).await?;
-                    }
-                    let pushed = d.push(record, covers);
-                    self.stepped(d, pushed.map(|()| true))?;
-                }
-            }
-            if let Some(sequence) = last_fetched {
-                cursor.fetched = Checkpoint::Sequence(sequence);
+            if let Some(exit) = self.deliver(d, cursor, &mut unpacker, batch.records, batch.millis_behind).await? {
+                return Ok(exit);
             }
             iterator = batch.next_iterator;
             if iterator.is_none() {
@@ -277,6 +274,52 @@ impl ShardReader {
                 self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await?;
             }
         }
+    }
+
+    /// The unpacker of this shard, read from `cursor`'s start.
+    fn unpacker(&self, cursor: &Cursor) -> Unpacker {
+        let label = self.held.key().to_string();
+        Unpacker::new(self.settings.deaggregate, &cursor.start, self.runner.metrics().clone(), label)
+    }
+
+    /// Hands the records of one read (a GetRecords answer or a fan-out event) to the dispatcher in
+    /// order, aggregates unpacked, each admitted only when the window has room (backpressure: nothing
+    /// more is read meanwhile). `Some` when a stop came first.
+    async fn deliver(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &mut Cursor,
+        unpacker: &mut Unpacker,
+        records: Vec<Record>,
+        millis_behind: Option<i64>,
+    ) -> Flow<Option<ShardExit>> {
+        let key = self.held.key();
+        if let Some(behind) = millis_behind {
+            self.runner.metrics().behind(&key.to_string(), behind);
+        }
+        let last_fetched = records.last().map(|r| r.sequence_number.clone());
+        for record in records {
+            let deaggregated = unpacker.deaggregate(&record);
+            if unpacker.wants_range(&record, &deaggregated) {
+                let listed = self.drive(d, self.kinesis.hash_key_range(key.stream(), key.shard_id())).await?;
+                unpacker.set_range(listed);
+            }
+            for (record, covers) in unpacker.expand(record, deaggregated) {
+                if self.stop.is_cancelled() {
+                    return self.stopped(d, cursor).await.map(Some);
+                }
+                while !d.has_room() {
+                    self.step(d).await?;
+                    self.maybe_checkpoint(d, cursor).await?;
+                }
+                let pushed = d.push(record, covers);
+                self.stepped(d, pushed.map(|()| true))?;
+            }
+        }
+        if let Some(sequence) = last_fetched {
+            cursor.fetched = Checkpoint::Sequence(sequence);
+        }
+        Ok(None)
     }
 
     /// Runs `work` while records keep running and finishing; stops at once if the lease is lost.

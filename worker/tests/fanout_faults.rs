@@ -2,7 +2,7 @@
 //! process: refused subscriptions (ResourceInUseException, LimitExceededException), subscriptions
 //! ending at their lifetime, a silent (stalled) subscription, a cut connection, and a shard whose
 //! subscription cannot be re-established, given up; and a handoff whose new holder is refused at
-//! first. No process crashes: every record exactly once. (The group, kill -9, SIGTERM and resharding
+//! first; a slow processor holding the event stream back. No process crashes: every record exactly once. (The group, kill -9, SIGTERM and resharding
 //! under fan-out are the `fan_out` cases of runtime_group.rs, runtime_failover.rs, runtime_scaling.rs.)
 
 mod common;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::fanout::*;
 use common::*;
 use leasehold_testkit::fanout::{FanOutControls, FanOutFault, FanOutServer};
-use leasehold_testkit::process::{WorkerProcess, wait_for};
+use leasehold_testkit::process::{WorkerProcess, rss_mib, wait_for};
 
 const SHARD0: &str = "shardId-000000000000";
 
@@ -199,4 +199,55 @@ async fn a_sigterm_handoff_refused_with_resource_in_use_at_first_repeats_nothing
     let refused = by_reason(&stayer, "fanout_subscribe_failures", "resource_in_use").await;
     assert!(refused >= 2.0 * moving.len() as f64, "every refusal counted, {refused}");
     assert_running(&mut [&mut stayer]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_processor_holds_the_event_stream_back_instead_of_buffering_it() {
+    let server = fan_out_server().await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "foslow", 1).await;
+    // A 20 MB backlog of 2 KB records, far more than one event (1000 records) and the window.
+    let backlog: Vec<(String, Vec<u8>)> = records(100, 0, 100)
+        .into_iter()
+        .map(|(key, mut data)| {
+            data.resize(2048, b'x');
+            (key, data)
+        })
+        .collect();
+    for chunk in backlog.chunks(400) {
+        leasehold_testkit::kinesis::put_records(&kinesis, &stream, chunk).await;
+    }
+    // An http processor taking 20 ms per record: about 50 records/s.
+    let app = axum::Router::new().route(
+        "/",
+        axum::routing::post(|| async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            "ok"
+        }),
+    );
+    let sink = leasehold_testkit::server::LocalServer::start(app).await;
+    let table = leasehold_testkit::unique_name("foslow");
+    let config = fan_out_config(&server, &stream, Some(&table), "startPosition: TRIM_HORIZON\n")
+        .replace("processor: {stdout: {}}", &format!("processor: {{http: {{url: '{}/'}}}}", sink.endpoint()));
+    let mut worker = spawn(&config, "foslow");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric_or_zero(&worker, "leasehold_records_processed_total").await == 0.0 {
+        assert!(Instant::now() < deadline, "no record processed");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let at_first = rss_mib(worker.pid());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let later = rss_mib(worker.pid());
+    let processed = metric(&worker, "leasehold_records_processed_total").await;
+    println!(
+        "RSS {at_first:.1} MiB at the first record, {later:.1} MiB 10 s later; {processed} of {} processed",
+        backlog.len()
+    );
+    assert!(processed < backlog.len() as f64 / 2.0, "the processor is the bottleneck");
+    assert!(
+        later - at_first < 16.0,
+        "memory grew {:.1} MiB while 40 MB waited: the stream was not held back",
+        later - at_first
+    );
+    assert_running(&mut [&mut worker]);
 }

@@ -1,9 +1,10 @@
 //! The faults of enhanced fan-out, each injected by the testkit's fan-out server under one worker
 //! process: refused subscriptions (ResourceInUseException, LimitExceededException), subscriptions
-//! ending at their lifetime, a silent (stalled) subscription, a cut connection, and a shard whose
-//! subscription cannot be re-established, given up; and a handoff whose new holder is refused at
-//! first; a slow processor holding the event stream back. No process crashes: every record exactly once. (The group, kill -9, SIGTERM and resharding
-//! under fan-out are the `fan_out` cases of runtime_group.rs, runtime_failover.rs, runtime_scaling.rs.)
+//! ending at their lifetime, a silent (stalled) subscription, a cut connection, a shard whose
+//! subscription cannot be re-established (given up), a handoff whose new holder is refused at first,
+//! and a slow processor holding the event stream back. No process crashes: every record exactly
+//! once. (The group, kill -9, SIGTERM and resharding under fan-out are the `fan_out` cases of
+//! runtime_group.rs, runtime_failover.rs and runtime_scaling.rs.)
 
 mod common;
 

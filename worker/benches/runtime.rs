@@ -240,10 +240,13 @@ async fn put_to_processed(count: usize, gap: Duration) -> (Vec<Duration>, Vec<Du
     (latencies(&polling), latencies(&fan_out))
 }
 
-/// Records/s of a polling and a fan-out worker reading the same 100k-record backlog of a 4-shard
+/// Records in the backlog of [`fan_out_rates`].
+const FAN_OUT_BACKLOG: usize = 50_000;
+
+/// Records/s of a polling and a fan-out worker reading the same 50k-record backlog of a 4-shard
 /// stream, each from its first delivered record to its last; best of 2 interleaved rounds.
 async fn fan_out_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
-    let total = 100_000;
+    let total = FAN_OUT_BACKLOG;
     let server = fan_out_server().await;
     let stream = leasehold_testkit::create_stream(kinesis, "bench-fo-rate", 4).await;
     let data: Vec<(String, Vec<u8>)> = records(1000, 0, (total / 1000) as u64);
@@ -257,7 +260,24 @@ async fn fan_out_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
             &fan_out_config(&server, &stream, Some(&table), "startPosition: TRIM_HORIZON\n"),
             &format!("fo-rate-{round}"),
         );
-        wait_for("every record delivered", Duration::from_secs(300), || worker.delivery_count() >= total);
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while worker.delivery_count() < total {
+            if Instant::now() > deadline {
+                let problems: Vec<String> = worker
+                    .stderr_text()
+                    .lines()
+                    .filter(|l| !l.contains("\"INFO\""))
+                    .take(20)
+                    .map(String::from)
+                    .collect();
+                panic!(
+                    "fan-out worker delivered {} of {total} in 300 s:\n{}",
+                    worker.delivery_count(),
+                    problems.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
         let (first, last) = worker.delivery_span().expect("deliveries");
         let fan_out = rate(last.duration_since(first));
         eprintln!("fan-out rates round {round}: polling {polling:.0}/s, fan-out {fan_out:.0}/s");
@@ -370,7 +390,7 @@ async fn main() {
             aggregated / plain
         );
     }
-    if run("fanout") {
+    if run("fanout") || run("fanout-latency") {
         let (polling, fan_out) = put_to_processed(400, Duration::from_millis(25)).await;
         let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1000.0);
         println!(
@@ -382,9 +402,11 @@ async fn main() {
             ms(percentile(&polling, 50)),
             ms(percentile(&polling, 99)),
         );
+    }
+    if run("fanout") || run("fanout-rate") {
         let (polling, fan_out) = fan_out_rates(&kinesis).await;
         println!(
-            "- records/s on one 100k-record backlog of 4 shards: fan-out {fan_out:.0}/s (through the fan-out server, \
+            "- records/s on one 50k-record backlog of 4 shards: fan-out {fan_out:.0}/s (through the fan-out server, \
              1000 records per event), polling {polling:.0}/s (GetRecords limit 10000), ratio {:.2} (stdout processor, \
              DynamoDB checkpoints; best of 2 interleaved rounds)",
             fan_out / polling

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamConsumerStatus {
-    /// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`.
+    /// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`, `ConsumerReady` (enhanced fan-out).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -59,7 +59,7 @@ pub fn desired(
     resolved: &ResolvedSpec,
     image: &str,
 ) -> Result<Desired, serde_yaml_ng::Error> {
-    let config = worker_config(&consumer.spec)?;
+    let config = worker_config(&worker_spec(consumer))?;
     let hash = config_hash(&config);
     Ok(Desired {
         replicas,
@@ -120,6 +120,19 @@ pub fn desired_replicas(spec: &StreamConsumerSpec, open_shards: Option<i32>) -> 
         }
         None => spec.workers.replicas.unwrap_or(1).max(0),
     }
+}
+
+/// The spec the workers get: with `reader.mode: fanOut` and no `reader.consumerName`, the name of the
+/// stream consumer the operator registers (`<namespace>.<name>`) written out, since a worker on its own
+/// would default to the lease table's name. Polling specs are passed as they are (their config, and so
+/// their pods, do not change).
+pub fn worker_spec(consumer: &StreamConsumer) -> StreamConsumerSpec {
+    let mut spec = consumer.spec.clone();
+    let fan_out = spec.reader.mode.unwrap_or_default() == leasehold_crds::ReaderMode::FanOut;
+    if let (true, None, Some(namespace)) = (fan_out, &spec.reader.consumer_name, consumer.namespace()) {
+        spec.reader.consumer_name = Some(spec.consumer_name(Some((&namespace, &consumer.name_any()))));
+    }
+    spec
 }
 
 /// The worker configuration file: the spec without the pod template (which concerns the pods, not the
@@ -323,6 +336,16 @@ mod tests {
         assert_eq!(desired_replicas(&auto(None, 20, 1), None), 1, "unknown shard count: min");
         let paused = StreamConsumerSpec { paused: Some(true), ..fixed };
         assert_eq!(desired_replicas(&paused, Some(10)), 0);
+    }
+
+    #[test]
+    fn fan_out_workers_are_told_the_registered_consumer_name() {
+        let fan_out = consumer(&format!("{BASE}reader: {{mode: fanOut}}\n"));
+        assert_eq!(worker_spec(&fan_out).reader.consumer_name.as_deref(), Some("shop.orders"));
+        let named = consumer(&format!("{BASE}reader: {{mode: fanOut, consumerName: mine}}\n"));
+        assert_eq!(worker_spec(&named).reader.consumer_name.as_deref(), Some("mine"));
+        let polling = consumer(BASE);
+        assert_eq!(worker_spec(&polling), polling.spec, "a polling spec is passed as it is");
     }
 
     #[test]

@@ -42,12 +42,20 @@ pub struct Verdicts {
     pub stream: Verdict,
     /// The worker Deployment has its desired replicas ready.
     pub workers: Verdict,
+    /// With `reader.mode: fanOut`, the stream consumer is ACTIVE on every named stream.
+    pub consumer: Verdict,
 }
 
 impl Verdicts {
     /// The same verdict for every condition (an invalid spec stops everything).
     pub fn all(verdict: Verdict) -> Self {
-        Self { spec: verdict.clone(), table: verdict.clone(), stream: verdict.clone(), workers: verdict }
+        Self {
+            spec: verdict.clone(),
+            table: verdict.clone(),
+            stream: verdict.clone(),
+            workers: verdict.clone(),
+            consumer: verdict,
+        }
     }
 }
 
@@ -69,10 +77,10 @@ fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &
     }
 }
 
-/// `Ready`, `TableReady`, `StreamReady`, `WorkersReady` from the verdicts; `Ready` is true only when the
+/// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`, `ConsumerReady` from the verdicts; `Ready` is true only when the
 /// spec is valid and the others are true, and then names the first thing that is not.
 pub fn conditions(verdicts: &Verdicts, generation: Option<i64>, previous: &[Condition]) -> Vec<Condition> {
-    let ready = [&verdicts.spec, &verdicts.table, &verdicts.stream, &verdicts.workers]
+    let ready = [&verdicts.spec, &verdicts.table, &verdicts.stream, &verdicts.consumer, &verdicts.workers]
         .into_iter()
         .find(|v| !v.ok)
         .map(|v| Verdict::failed(&v.reason, v.message.clone()))
@@ -82,6 +90,7 @@ pub fn conditions(verdicts: &Verdicts, generation: Option<i64>, previous: &[Cond
         condition("TableReady", &verdicts.table, generation, previous),
         condition("StreamReady", &verdicts.stream, generation, previous),
         condition("WorkersReady", &verdicts.workers, generation, previous),
+        condition("ConsumerReady", &verdicts.consumer, generation, previous),
     ]
 }
 
@@ -95,6 +104,7 @@ mod tests {
             table: Verdict::ok("Active", ""),
             stream: Verdict::ok("Found", ""),
             workers: Verdict::ok("Ready", "2/2"),
+            consumer: Verdict::ok("Polling", ""),
         }
     }
 

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::DeleteParams;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::finalizer::{Event as Finalized, finalizer};
@@ -21,6 +22,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pipeline;
 use crate::readiness::ControllerState;
+use crate::stream_consumers::{self, Deregistration};
 use crate::table::{self, Deletion, Owner};
 
 /// Runs the controller until `shutdown` is cancelled, over every namespace or only `namespace`. The
@@ -132,8 +134,10 @@ pub(crate) async fn publish(ctx: &Context, consumer: &StreamConsumer, type_: Eve
     }
 }
 
-/// The resource is being deleted: apply the table's deletion policy.
+/// The resource is being deleted: deregister the stream consumers it registered, then apply the
+/// table's deletion policy.
 async fn cleanup(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
+    release_stream_consumers(consumer, ctx).await?;
     let Some(spec) = &consumer.spec.lease_table else { return Ok(Action::await_change()) };
     match spec.deletion_policy.unwrap_or(DeletionPolicy::Retain) {
         DeletionPolicy::Retain => {
@@ -155,4 +159,59 @@ async fn cleanup(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         }
     }
     Ok(Action::await_change())
+}
+
+/// How long a deletion waits for the workers to stop before deregistering their stream consumers anyway
+/// (a node that is gone may keep its pods Terminating for ever).
+const WORKERS_STOP_WAIT: Duration = Duration::from_secs(60);
+
+/// Deregisters every stream consumer whose ARN this resource recorded as registered by it, and no
+/// other. The workers are stopped first (their Deployment deleted, waited on until its pods are gone),
+/// so that none is subscribed or registers the consumer again.
+async fn release_stream_consumers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
+    let arns = stream_consumers::recorded(consumer);
+    if arns.is_empty() {
+        if consumer.spec.reader.mode.unwrap_or_default() == leasehold_crds::ReaderMode::FanOut {
+            tracing::info!(consumer = %consumer.name_any(), "no stream consumer registered by this resource: none deregistered");
+        }
+        return Ok(());
+    }
+    stop_workers(consumer, ctx).await?;
+    let clients = ctx.aws.get(&consumer.spec.aws).await;
+    for arn in arns {
+        if stream_consumers::deregister(&clients.kinesis, &arn).await? == Deregistration::Deregistered {
+            tracing::info!(consumer = %consumer.name_any(), arn, "stream consumer deregistered");
+            let note = format!("deregistered stream consumer {arn}");
+            publish(ctx, consumer, EventType::Normal, "StreamConsumerDeregistered", note).await;
+        }
+    }
+    Ok(())
+}
+
+/// Deletes the worker Deployment in the foreground (it goes only once its pods are gone) and waits
+/// for it, at most [`WORKERS_STOP_WAIT`].
+async fn stop_workers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
+    let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
+    let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
+    let name = crate::build::workers_name(consumer);
+    match deployments.delete(&name, &DeleteParams::foreground()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(e) => return Err(Error::WorkersRunning(format!("deleting {name}: {e}"))),
+    }
+    let started = std::time::Instant::now();
+    while started.elapsed() < WORKERS_STOP_WAIT {
+        match deployments.get_opt(&name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) => {}
+            Err(e) => return Err(Error::WorkersRunning(format!("reading {name}: {e}"))),
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    tracing::warn!(consumer = %consumer.name_any(), deployment = name, "workers not stopped in time; deregistering their stream consumers anyway");
+    let note = format!(
+        "workers ({name}) not stopped after {WORKERS_STOP_WAIT:?}; deregistering their stream consumers anyway"
+    );
+    publish(ctx, consumer, EventType::Warning, "WorkersStillRunning", note).await;
+    Ok(())
 }

@@ -20,6 +20,20 @@ pub enum Error {
         /// What happened (stable across retries: no request ids).
         message: String,
     },
+    /// ensure consumer: a call on a stream's registered consumer (enhanced fan-out) failed.
+    #[error("stream consumer on {stream}: {message}")]
+    StreamConsumer {
+        /// The stream (or the consumer's ARN).
+        stream: String,
+        /// What happened (stable across retries: no request ids).
+        message: String,
+    },
+    /// ensure consumer: the ARN of a registered consumer could not be recorded on the resource.
+    #[error("recording a registered stream consumer: {0}")]
+    Record(#[source] kube::Error),
+    /// cleanup: the workers did not stop before their consumers were to be deregistered.
+    #[error("workers still running: {0}")]
+    WorkersRunning(String),
     /// observe: some streams do not exist.
     #[error("stream(s) not found: {}", .0.join(", "))]
     StreamNotFound(Vec<String>),
@@ -55,6 +69,7 @@ impl Error {
             Error::InvalidSpec(_) => "validate",
             Error::Table { .. } => "table",
             Error::StreamNotFound(_) | Error::Stream(_) => "observe",
+            Error::StreamConsumer { .. } | Error::Record(_) | Error::WorkersRunning(_) => "consumer",
             Error::Build(_) => "build",
             Error::Apply { .. } => "apply",
             Error::Status(_) => "status",
@@ -70,6 +85,8 @@ impl Error {
             Error::Table { .. } => "TableError",
             Error::StreamNotFound(_) => "StreamNotFound",
             Error::Stream(_) => "StreamError",
+            Error::StreamConsumer { .. } | Error::Record(_) => "StreamConsumerError",
+            Error::WorkersRunning(_) => "WorkersRunning",
             Error::Build(_) => "BuildFailed",
             Error::Apply { .. } => "ApplyFailed",
             Error::Status(_) => "StatusFailed",

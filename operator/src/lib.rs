@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod pipeline;
 pub mod readiness;
 pub mod shards;
+pub mod stream_consumers;
 pub mod table;
 
 /// Field manager under which the operator writes every object with server-side apply.

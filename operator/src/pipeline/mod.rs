@@ -1,10 +1,11 @@
 //! The reconcile of a live StreamConsumer as a pipeline, one stage per module:
-//! [`validate`] -> [`ensure_table`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
+//! [`validate`] -> [`ensure_table`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
 //! [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
 //! (except the status write itself), so a failure shows as a condition; then the first failure in
 //! stage order is returned, and [`crate::controller::error_policy`] backs off.
 
 pub mod apply;
+pub mod ensure_consumer;
 pub mod ensure_table;
 pub mod observe;
 pub mod status;
@@ -21,7 +22,7 @@ use crate::context::Context;
 use crate::error::{Error, Result};
 use status::{Report, write_status};
 
-/// Requeue while the table is being created (a wait, not a failure: no backoff).
+/// Requeue while the table or a stream consumer is being created (a wait, not a failure: no backoff).
 pub const TABLE_WAIT: Duration = Duration::from_secs(2);
 
 /// The verdict of a stage's outcome: `ok` of its value, or the failure's reason and message.
@@ -52,6 +53,8 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     };
     let table = ensure_table::ensure_table(consumer, ctx).await;
     let table_ready = table.as_ref().is_ok_and(|t| t.ready);
+    let stream_consumers = ensure_consumer::ensure_consumer(consumer, ctx).await;
+    let consumers_ready = stream_consumers.as_ref().is_ok_and(|c| c.ready);
     let shards = observe::capacity(consumer, ctx).await;
     // An unreadable count keeps the last one, so workers are not scaled on a transient error.
     let capacity = shards.as_ref().ok().cloned().flatten();
@@ -59,8 +62,8 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let capacity = capacity.unwrap_or(previous.capacity);
     let leases = if table_ready { observe::lease_spread(consumer, ctx).await } else { Vec::new() };
     let replicas = build::desired_replicas(&consumer.spec, open_shards);
-    // Workers start only once their table can hold leases.
-    let workers = if table_ready {
+    // Workers start only once their table can hold leases and their stream consumers are ACTIVE.
+    let workers = if table_ready && consumers_ready {
         match build::desired(consumer, replicas, &resolved, &ctx.settings.worker_image) {
             Ok(desired) => apply::apply(consumer, ctx, &desired).await.map(Some),
             Err(error) => Err(Error::Build(error)),
@@ -79,8 +82,12 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
             workers: verdict(&workers, |ready| match ready {
                 Some(ready) if *ready >= replicas => Verdict::ok("Ready", format!("{ready}/{replicas} workers ready")),
                 Some(ready) => Verdict::failed("WorkersNotReady", format!("{ready}/{replicas} workers ready")),
-                None => Verdict::failed("WaitingForTable", "workers start once the lease table is ACTIVE"),
+                None if !table_ready => {
+                    Verdict::failed("WaitingForTable", "workers start once the lease table is ACTIVE")
+                }
+                None => Verdict::failed("WaitingForConsumer", "workers start once the stream consumers are ACTIVE"),
             }),
+            consumer: verdict(&stream_consumers, |c| c.verdict.clone()),
         },
         open_shards,
         replicas,
@@ -89,9 +96,10 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     };
     write_status(consumer, ctx, &report).await?;
     table?;
+    stream_consumers?;
     shards?;
     workers?;
-    Ok(Action::requeue(if table_ready { ctx.shards.interval() } else { TABLE_WAIT }))
+    Ok(Action::requeue(if table_ready && consumers_ready { ctx.shards.interval() } else { TABLE_WAIT }))
 }
 
 /// The `StreamReady` message: open shards per stream, with the on-demand ones marked.

@@ -421,10 +421,17 @@ async fn a_client_that_does_not_read_holds_the_server_back() {
     put_records(&ground.client, &ground.stream, &records).await;
     let mut output =
         ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::TrimHorizon, None)).await.expect("sub");
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let pushed = ground.controls.records_pushed();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(ground.controls.records_pushed(), pushed, "the pump waits while the client does not read");
+    // The pump pushes until the connection's buffers are full, then waits: the count stops growing.
+    let started = Instant::now();
+    let pushed = loop {
+        let before = ground.controls.records_pushed();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let after = ground.controls.records_pushed();
+        if after == before && after > 0 {
+            break after;
+        }
+        assert!(started.elapsed() < Duration::from_secs(30), "the pump never waited (pushed {after})");
+    };
     eprintln!("pushed before the client read: {pushed} of {}", records.len());
     assert!(pushed < records.len() / 2, "pushed {pushed}");
     let mut count = 0;
@@ -482,4 +489,73 @@ async fn consumers_are_listed_and_deregistered() {
     let described = ground.client.describe_stream_consumer().consumer_arn(&second).send().await;
     let status = described.ok().and_then(|d| d.consumer_description).map(|d| d.consumer_status);
     assert!(matches!(status, None | Some(ConsumerStatus::Deleting)), "{status:?}");
+}
+
+#[tokio::test]
+async fn a_later_call_takes_over_when_set_to() {
+    let ground = ground(1, 1).await;
+    ground.controls.set_takeover(true);
+    ground.controls.set_resubscribe_window(Duration::from_millis(500));
+    let consumer = ground.consumer(&unique_name("c")).await;
+    let latest = || position(ShardIteratorType::Latest, None);
+    let mut old = ground.subscribe(&consumer, SHARD0, latest()).await.expect("first");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut new = ground.subscribe(&consumer, SHARD0, latest()).await.expect("takes over");
+    let ended = loop {
+        match next_event(&mut old, Duration::from_secs(3)).await {
+            Ok(Some(_)) => continue,
+            other => break other,
+        }
+    };
+    assert!(ended.as_ref().is_err_and(|e| e.contains("ResourceInUseException")), "{ended:?}");
+    assert_eq!(ground.controls.open_subscriptions(), 1);
+    ground.put("k", 0..5).await;
+    let (data, _) = read_records(&mut new, 5).await;
+    assert_eq!(data, expected("k", 0..5));
+}
+
+#[tokio::test]
+async fn a_client_that_stopped_reading_loses_its_subscription_at_the_end_of_its_lifetime() {
+    let ground = ground(1, 1).await;
+    ground.controls.set_subscription_lifetime(Duration::from_millis(1500));
+    ground.controls.set_resubscribe_window(Duration::ZERO);
+    ground.controls.set_records_per_event(50);
+    let consumer = ground.consumer(&unique_name("c")).await;
+    let payload = "x".repeat(1024);
+    let records: Vec<_> = (0..8_000u64).map(|n| ("k".to_string(), format!("k:{n}:{payload}").into_bytes())).collect();
+    put_records(&ground.client, &ground.stream, &records).await;
+    let stuck = ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::TrimHorizon, None)).await.expect("sub");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(ground.controls.open_subscriptions(), 1);
+    assert!(ground.controls.records_pushed() < records.len(), "the client's buffers took everything");
+    // Its connection still holds undelivered events, but for the service it is over.
+    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::Latest, None)).await.expect("not in use");
+    drop(stuck);
+}
+
+#[tokio::test]
+async fn a_client_that_does_not_read_is_cut_too() {
+    let ground = ground(1, 1).await;
+    ground.controls.set_records_per_event(50);
+    let consumer = ground.consumer(&unique_name("c")).await;
+    let payload = "x".repeat(1024);
+    let records: Vec<_> = (0..8_000u64).map(|n| ("k".to_string(), format!("k:{n}:{payload}").into_bytes())).collect();
+    put_records(&ground.client, &ground.stream, &records).await;
+    let mut stuck =
+        ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::TrimHorizon, None)).await.expect("sub");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    ground.controls.drop_subscriptions(None);
+    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    // What was already in the socket arrives, then a broken body.
+    let mut delivered = 0;
+    let error = loop {
+        match next_event(&mut stuck, Duration::from_secs(5)).await {
+            Ok(Some(event)) => delivered += event.records.len(),
+            Ok(None) => panic!("a cut connection ended cleanly"),
+            Err(e) => break e,
+        }
+    };
+    assert!(error.starts_with("transport"), "{error}");
+    assert!(delivered < records.len(), "delivered {delivered}");
 }

@@ -133,7 +133,7 @@ pub(crate) async fn deregister(shared: &Shared, input: &Value) -> Response {
     if let Some(entry) = book.consumers.get_mut(&consumer.arn) {
         entry.deregistered_at = Some(Instant::now());
     }
-    for subscription in book.open.values().filter(|s| s.consumer_arn == consumer.arn) {
+    for (_, subscription) in book.live().filter(|(_, s)| s.consumer_arn == consumer.arn) {
         let _ = subscription.ending.send(Ending::Exception("ResourceNotFoundException"));
     }
     aws_ok(&json!({}))

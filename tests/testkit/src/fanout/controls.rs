@@ -42,6 +42,13 @@ impl FanOutControls {
         self.shared.book().settings.subscription_lifetime = lifetime;
     }
 
+    /// Whether a call after the resubscribe window takes over an open subscription of the same consumer
+    /// and shard (ending it with ResourceInUseException, as the service's documentation says) instead
+    /// of being refused with ResourceInUseException while it is open (the default).
+    pub fn set_takeover(&self, takeover: bool) {
+        self.shared.book().settings.takeover = takeover;
+    }
+
     /// How soon after a subscription's start another one for the same consumer and shard is refused
     /// with ResourceInUseException (default 5 s, as the service).
     pub fn set_resubscribe_window(&self, window: Duration) {
@@ -92,8 +99,8 @@ impl FanOutControls {
         self.shared.book().stalls.push(shard_id.map(str::to_string));
     }
 
-    /// Cuts the connections of the open subscriptions (of `shard_id`, or all) abruptly: the client sees
-    /// a broken body, not an end.
+    /// Cuts the connections of the open subscriptions (of `shard_id`, or all) abruptly, whether or not
+    /// their clients are reading: the client sees a broken body, not an end.
     pub fn drop_subscriptions(&self, shard_id: Option<&str>) {
         self.end_open(shard_id, Ending::Cut);
     }
@@ -105,8 +112,12 @@ impl FanOutControls {
     }
 
     fn end_open(&self, shard_id: Option<&str>, ending: Ending) {
-        for subscription in self.shared.book().open.values().filter(|s| matches(shard_id, &s.shard_id)) {
+        let book = self.shared.book();
+        for (_, subscription) in book.live().filter(|(_, s)| matches(shard_id, &s.shard_id)) {
             let _ = subscription.ending.send(ending);
+            if ending == Ending::Cut {
+                subscription.connection.cancel();
+            }
         }
     }
 
@@ -115,9 +126,9 @@ impl FanOutControls {
         self.shared.book().started.get(shard_id).copied().unwrap_or(0)
     }
 
-    /// How many subscriptions are open now (connection alive, stream not ended).
+    /// How many subscriptions are open now (not ended by lifetime, fault or takeover, connection alive).
     pub fn open_subscriptions(&self) -> usize {
-        self.shared.book().open.len()
+        self.shared.book().live().count()
     }
 
     /// How many records were handed to subscriptions' connections so far (a client that does not read

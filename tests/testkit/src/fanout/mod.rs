@@ -7,6 +7,7 @@
 //! on subscriptions (ResourceInUseException, LimitExceededException, the 5-minute lifetime) hold, with
 //! their timings settable, and [`FanOutControls`] injects the faults a reader must survive.
 
+mod connection;
 mod consumers;
 mod controls;
 mod events;
@@ -64,8 +65,9 @@ impl FanOutServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let app = Router::new().fallback(handle).with_state(shared.clone());
+        let listener = connection::CuttableListener(listener);
         let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(listener, app.into_make_service_with_connect_info::<connection::ConnectionCut>()).await;
         });
         Ok(FanOutServer { addr, task, controls: FanOutControls { shared } })
     }
@@ -112,6 +114,11 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         }
         return response;
     }
+    let cut = request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<connection::ConnectionCut>>()
+        .map(|info| info.0.0.clone())
+        .unwrap_or_default();
     let input: Value = match to_bytes(request.into_body(), 1 << 20).await.map(|b| serde_json::from_slice(&b)) {
         Ok(Ok(input)) => input,
         _ => return aws_error(StatusCode::BAD_REQUEST, "SerializationException", "the body is not JSON"),
@@ -121,7 +128,7 @@ async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response
         "DescribeStreamConsumer" => consumers::describe(&shared, &input).await,
         "DeregisterStreamConsumer" => consumers::deregister(&shared, &input).await,
         "ListStreamConsumers" => consumers::list(&shared, &input).await,
-        _ => subscribe::subscribe(shared, input).await,
+        _ => subscribe::subscribe(shared, input, cut).await,
     }
 }
 

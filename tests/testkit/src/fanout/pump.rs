@@ -51,6 +51,7 @@ impl Watch {
 
 /// A subscription's reader, ready to run.
 pub(crate) struct Pump {
+    pub(crate) id: u64,
     pub(crate) shared: Arc<Shared>,
     pub(crate) stream: String,
     pub(crate) shard_id: String,
@@ -68,10 +69,28 @@ fn now_millis() -> i64 {
 }
 
 impl Pump {
-    /// Reads and pushes until the subscription ends.
+    /// Reads and pushes until the subscription ends; then it is over for the service, whether or not
+    /// its client has read everything yet.
     pub(crate) async fn run(self) {
-        let Pump { shared, stream, shard_id, mut iterator, mut continuation, lifetime, stalled, tx, ending, wake } =
-            self;
+        let (id, shared) = (self.id, self.shared.clone());
+        self.read_and_push().await;
+        shared.book().over(id);
+    }
+
+    async fn read_and_push(self) {
+        let Pump {
+            id: _,
+            shared,
+            stream,
+            shard_id,
+            mut iterator,
+            mut continuation,
+            lifetime,
+            stalled,
+            tx,
+            ending,
+            wake,
+        } = self;
         let mut watch = Watch {
             deadline: Instant::now() + lifetime,
             ending,

@@ -31,6 +31,9 @@ pub(crate) struct Settings {
     pub(crate) idle_poll: Duration,
     /// Records per event at most (one GetRecords page).
     pub(crate) records_per_event: usize,
+    /// A call after the resubscribe window while a subscription is open takes over: the open one ends
+    /// with ResourceInUseException (as the service documents). Off: the call is refused instead.
+    pub(crate) takeover: bool,
 }
 
 impl Default for Settings {
@@ -43,6 +46,7 @@ impl Default for Settings {
             event_interval: Duration::from_secs(1),
             idle_poll: Duration::from_millis(100),
             records_per_event: 1000,
+            takeover: false,
         }
     }
 }
@@ -76,6 +80,11 @@ pub(crate) struct OpenSubscription {
     pub(crate) shard_id: String,
     pub(crate) ending: watch::Sender<Ending>,
     pub(crate) wake: Arc<Notify>,
+    /// Closes the connection the subscription is served on.
+    pub(crate) connection: CancellationToken,
+    /// Over for the service (lifetime ended, taken over, failed), though its connection may still be
+    /// draining to a client that reads slowly: it no longer counts as open.
+    pub(crate) over: bool,
 }
 
 /// Faults waiting for the next SubscribeToShard calls.
@@ -116,9 +125,23 @@ impl Shared {
 
     /// Wakes the subscriptions reading `stream` (after a put to it went through this server).
     pub(crate) fn wake_stream(&self, stream: &str) {
-        for subscription in self.book().open.values().filter(|s| s.stream == stream) {
+        for subscription in self.book().open.values().filter(|s| s.stream == stream && !s.over) {
             subscription.wake.notify_one();
         }
+    }
+}
+
+impl Book {
+    /// Marks subscription `id` over (its pump stopped for good).
+    pub(crate) fn over(&mut self, id: u64) {
+        if let Some(subscription) = self.open.get_mut(&id) {
+            subscription.over = true;
+        }
+    }
+
+    /// The subscriptions that are open for the service.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (&u64, &OpenSubscription)> {
+        self.open.iter().filter(|(_, s)| !s.over)
     }
 }
 

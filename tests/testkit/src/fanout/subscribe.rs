@@ -11,6 +11,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc, watch};
+use tokio_util::sync::CancellationToken;
 
 use super::consumers::stream_name_of;
 use super::events;
@@ -47,22 +48,30 @@ struct BodySource {
 /// The response body: events in order, or a transport error as soon as the test cuts the connection
 /// (even while events are waiting), which makes the server abort the connection mid-body.
 fn body(source: BodySource) -> Body {
-    let stream = futures::stream::unfold(Some(source), |source| async move {
-        let mut source = source?;
-        let next = tokio::select! {
-            biased;
-            // The ending's sender lives as long as the subscription is open; gone means shutdown.
-            cut = source.ending.wait_for(|e| *e == Ending::Cut) => Err(cut.is_ok()),
-            event = source.events.recv() => Ok(event),
-        };
-        match next {
-            Ok(Some(bytes)) => Some((Ok(bytes), Some(source))),
-            Ok(None) => None,
-            Err(true) => {
-                let error = io::Error::new(io::ErrorKind::ConnectionReset, "connection cut by the fan-out test server");
-                Some((Err(error), None))
-            }
-            _ => None,
+    let stream = futures::stream::unfold(Some((source, true)), |state| async move {
+        let (mut source, mut watching) = state?;
+        loop {
+            let next = tokio::select! {
+                biased;
+                cut = source.ending.wait_for(|e| *e == Ending::Cut), if watching => match cut {
+                    Ok(_) => None,
+                    // No more endings can come (the server is going away): deliver what is left.
+                    Err(_) => {
+                        watching = false;
+                        continue;
+                    }
+                },
+                event = source.events.recv() => Some(event),
+            };
+            return match next {
+                Some(Some(bytes)) => Some((Ok(bytes), Some((source, watching)))),
+                Some(None) => None,
+                None => {
+                    let error =
+                        io::Error::new(io::ErrorKind::ConnectionReset, "connection cut by the fan-out test server");
+                    Some((Err(error), None))
+                }
+            };
         }
     });
     Body::from_stream(stream)
@@ -96,7 +105,7 @@ fn iterator_input(stream: &str, shard_id: &str, position: &Value) -> Value {
 }
 
 /// SubscribeToShard.
-pub(crate) async fn subscribe(shared: Arc<Shared>, input: Value) -> Response {
+pub(crate) async fn subscribe(shared: Arc<Shared>, input: Value, connection: CancellationToken) -> Response {
     let (Some(consumer_arn), Some(shard_id)) = (input["ConsumerARN"].as_str(), input["ShardId"].as_str()) else {
         return refuse("InvalidArgumentException", "ConsumerARN and ShardId are required");
     };
@@ -125,9 +134,13 @@ pub(crate) async fn subscribe(shared: Arc<Shared>, input: Value) -> Response {
             return refuse("LimitExceededException", "Rate exceeded for consumer and shard (1 call per second)");
         }
         book.last_call.insert(key.clone(), now);
-        let open = book.open.values().any(|s| s.consumer_arn == consumer_arn && s.shard_id == shard_id);
+        let open: Vec<u64> = book
+            .live()
+            .filter(|(_, s)| s.consumer_arn == consumer_arn && s.shard_id == shard_id)
+            .map(|(id, _)| *id)
+            .collect();
         let recent = book.last_start.get(&key).is_some_and(|at| now.duration_since(*at) < settings.resubscribe_window);
-        if open || recent {
+        if recent || (!open.is_empty() && !settings.takeover) {
             return refuse(
                 "ResourceInUseException",
                 &format!("Another active subscription exists for consumer {consumer_arn} and shard {shard_id}"),
@@ -136,6 +149,12 @@ pub(crate) async fn subscribe(shared: Arc<Shared>, input: Value) -> Response {
         let Some(stream) = stream_name_of(&consumer.stream_arn).map(str::to_string) else {
             return refuse("InvalidArgumentException", "the consumer's stream ARN names no stream");
         };
+        for id in open {
+            if let Some(previous) = book.open.get(&id) {
+                let _ = previous.ending.send(Ending::Exception("ResourceInUseException"));
+            }
+            book.over(id);
+        }
         // Reserve the consumer and shard now, so two racing calls cannot both open.
         let id = book.next_subscription;
         book.next_subscription += 1;
@@ -149,6 +168,8 @@ pub(crate) async fn subscribe(shared: Arc<Shared>, input: Value) -> Response {
                 shard_id: shard_id.to_string(),
                 ending,
                 wake: wake.clone(),
+                connection,
+                over: false,
             },
         );
         (id, stream, settings.subscription_lifetime, ending_rx, wake)
@@ -182,6 +203,7 @@ pub(crate) async fn subscribe(shared: Arc<Shared>, input: Value) -> Response {
     // The channel is new and has room: the initial response is always first.
     let _ = tx.try_send(initial);
     let pump = Pump {
+        id,
         shared: shared.clone(),
         stream,
         shard_id: shard_id.to_string(),

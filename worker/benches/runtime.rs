@@ -241,9 +241,9 @@ async fn put_to_processed(count: usize, gap: Duration) -> (Vec<Duration>, Vec<Du
 }
 
 /// Records in the backlog of [`fan_out_rates`].
-const FAN_OUT_BACKLOG: usize = 50_000;
+const FAN_OUT_BACKLOG: usize = 20_000;
 
-/// Records/s of a polling and a fan-out worker reading the same 50k-record backlog of a 4-shard
+/// Records/s of a polling and a fan-out worker reading the same 20k-record backlog of a 4-shard
 /// stream, each from its first delivered record to its last; best of 2 interleaved rounds.
 async fn fan_out_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
     let total = FAN_OUT_BACKLOG;
@@ -406,7 +406,7 @@ async fn main() {
     if run("fanout") || run("fanout-rate") {
         let (polling, fan_out) = fan_out_rates(&kinesis).await;
         println!(
-            "- records/s on one 50k-record backlog of 4 shards: fan-out {fan_out:.0}/s (through the fan-out server, \
+            "- records/s on one 20k-record backlog of 4 shards: fan-out {fan_out:.0}/s (through the fan-out server, \
              1000 records per event), polling {polling:.0}/s (GetRecords limit 10000), ratio {:.2} (stdout processor, \
              DynamoDB checkpoints; best of 2 interleaved rounds)",
             fan_out / polling

@@ -152,8 +152,9 @@ async fn cut_connections_and_exception_events_are_resubscribed_after_the_last_ev
 async fn a_shard_whose_subscription_cannot_be_reestablished_within_a_lease_is_released() {
     let server = fan_out_server().await;
     let controls = server.controls();
-    // Refused for longer than a lease (6 s) of 200 ms..2 s backoffs, then accepted again.
-    controls.fail_next_subscribes(Some(SHARD0), FanOutFault::ResourceInUse, 12);
+    // Refused for longer than a lease (6 s holds at most 6 attempts of 200 ms..2 s backoffs), then
+    // accepted again by the reader of the shard taken anew.
+    controls.fail_next_subscribes(Some(SHARD0), FanOutFault::ResourceInUse, 8);
     let (kinesis, stream, mut worker) = one_worker(&server, "fogiveup", 2, "").await;
     let shard = format!("{stream}:{SHARD0}");
     wait_for("the shard given up", Duration::from_secs(30), || {

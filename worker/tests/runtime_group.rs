@@ -54,7 +54,8 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order(e
 }
 
 /// The workers registered one stream consumer for their group (named after its lease table), read
-/// every shard through subscriptions, and no subscription went silent or broke.
+/// every shard through subscriptions (each reporting how far behind it is), and no subscription went
+/// silent or broke.
 async fn assert_one_consumer_read_every_shard(workers: &[&WorkerProcess], table: &str) {
     let mine: Vec<String> = common::fanout::shared_fan_out()
         .controls
@@ -72,6 +73,13 @@ async fn assert_one_consumer_read_every_shard(workers: &[&WorkerProcess], table:
             "leasehold_fanout_subscriptions_replaced_total{reason=\"broken\"}",
         ]) {
             *sum += metric_or_zero(worker, series).await;
+        }
+    }
+    // Every event's MillisBehindLatest feeds the shard's gauge.
+    for worker in workers {
+        for shard in worker.held_shards() {
+            let behind = metric(worker, &format!("leasehold_millis_behind_latest{{shard=\"{shard}\"}}")).await;
+            assert!(behind >= 0.0, "{shard}: {behind}");
         }
     }
     let [registered, subscriptions, idle, broken] = sums;

@@ -9,6 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::fanout::{fan_out_config, fan_out_server};
 use common::{Producer, config, event_time, records, spawn};
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::{WorkerProcess, wait_for};
@@ -182,6 +183,110 @@ async fn kpl_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
     (best_plain, best_aggregated)
 }
 
+/// Percentile `p` (0-100) of `values`, sorted.
+fn percentile(values: &[Duration], p: usize) -> Duration {
+    values[(values.len() * p / 100).min(values.len() - 1)]
+}
+
+/// Put -> processed latency of a polling worker (default `idleTime` 500 ms) and a fan-out worker
+/// reading the same 4-shard stream side by side (two consumers, two lease tables): `count` records
+/// put one by one, `gap` apart, through the fan-out server (which forwards puts to kinesalite).
+/// Returns (polling, fan-out) latencies, sorted.
+async fn put_to_processed(count: usize, gap: Duration) -> (Vec<Duration>, Vec<Duration>) {
+    let server = fan_out_server().await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "bench-latency", 4).await;
+    let polling_table = leasehold_testkit::unique_name("bench-latency-poll");
+    let fan_out_table = leasehold_testkit::unique_name("bench-latency-fo");
+    // `reader: {}` keeps the default idle time (the tests' configs shorten it).
+    let polling =
+        spawn(&default_config(&stream, &polling_table, "startPosition: TRIM_HORIZON\nreader: {}\n"), "lat-poll");
+    let fan_out = spawn(
+        &fan_out_config(&server, &stream, Some(&fan_out_table), "startPosition: TRIM_HORIZON\n")
+            .replace("subscriptionIdleTimeout: 3s", "subscriptionIdleTimeout: 10s"),
+        "lat-fo",
+    );
+    wait_for("both consumers hold every shard", Duration::from_secs(60), || {
+        polling.held_shards().len() == 4 && fan_out.held_shards().len() == 4
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let through_server = leasehold_testkit::sdk_config(server.endpoint()).await;
+    let putter = aws_sdk_kinesis::Client::new(&through_server);
+    let mut put_at = std::collections::HashMap::new();
+    for n in 0..count {
+        let (key, data) = leasehold_testkit::kinesis::numbered(&format!("lat-{}", n % 64), n as u64);
+        let text = String::from_utf8_lossy(&data).into_owned();
+        put_at.insert(text, Instant::now());
+        putter
+            .put_record()
+            .stream_name(&stream)
+            .partition_key(key)
+            .data(aws_sdk_kinesis::primitives::Blob::new(data))
+            .send()
+            .await
+            .expect("put through the fan-out server");
+        tokio::time::sleep(gap).await;
+    }
+    let latencies = |worker: &WorkerProcess| {
+        wait_for("every record processed", Duration::from_secs(60), || worker.delivery_count() >= count);
+        let mut out: Vec<Duration> = worker
+            .deliveries()
+            .iter()
+            .filter_map(|d| put_at.get(&d.data).map(|at| d.seen_at.duration_since(*at)))
+            .collect();
+        out.sort();
+        out
+    };
+    (latencies(&polling), latencies(&fan_out))
+}
+
+/// Records in the backlog of [`fan_out_rates`].
+const FAN_OUT_BACKLOG: usize = 20_000;
+
+/// Records/s of a polling and a fan-out worker reading the same 20k-record backlog of a 4-shard
+/// stream, each from its first delivered record to its last; best of 2 interleaved rounds.
+async fn fan_out_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
+    let total = FAN_OUT_BACKLOG;
+    let server = fan_out_server().await;
+    let stream = leasehold_testkit::create_stream(kinesis, "bench-fo-rate", 4).await;
+    let data: Vec<(String, Vec<u8>)> = records(1000, 0, (total / 1000) as u64);
+    put_records(kinesis, &stream, &data).await;
+    let rate = |d: Duration| total as f64 / d.as_secs_f64();
+    let (mut best_polling, mut best_fan_out) = (0.0f64, 0.0f64);
+    for round in 0..2 {
+        let polling = rate(worker_run(&stream, total, &format!("fo-rate-poll-{round}")).0);
+        let table = leasehold_testkit::unique_name("bench-fo-rate");
+        let worker = spawn(
+            &fan_out_config(&server, &stream, Some(&table), "startPosition: TRIM_HORIZON\n"),
+            &format!("fo-rate-{round}"),
+        );
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while worker.delivery_count() < total {
+            if Instant::now() > deadline {
+                let problems: Vec<String> = worker
+                    .stderr_text()
+                    .lines()
+                    .filter(|l| !l.contains("\"INFO\""))
+                    .take(20)
+                    .map(String::from)
+                    .collect();
+                panic!(
+                    "fan-out worker delivered {} of {total} in 300 s:\n{}",
+                    worker.delivery_count(),
+                    problems.join("\n")
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let (first, last) = worker.delivery_span().expect("deliveries");
+        let fan_out = rate(last.duration_since(first));
+        eprintln!("fan-out rates round {round}: polling {polling:.0}/s, fan-out {fan_out:.0}/s");
+        best_polling = best_polling.max(polling);
+        best_fan_out = best_fan_out.max(fan_out);
+    }
+    (best_polling, best_fan_out)
+}
+
 async fn dynamodb_requests(shards: i32, seconds: u64, traffic: bool) -> (f64, String) {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "bench-cost", shards).await;
@@ -283,6 +388,28 @@ async fn main() {
              the same records unaggregated {plain:.0}/s, ratio {:.2} (stdout processor, DynamoDB checkpoints, \
              GetRecords limit 10000; best of 2 interleaved rounds)",
             aggregated / plain
+        );
+    }
+    if run("fanout") || run("fanout-latency") {
+        let (polling, fan_out) = put_to_processed(400, Duration::from_millis(25)).await;
+        let ms = |d: Duration| format!("{:.0} ms", d.as_secs_f64() * 1000.0);
+        println!(
+            "- put -> processed latency, 400 records put one by one 25 ms apart on 4 shards, read side by side: fan-out \
+             p50 {} p99 {} (through the testkit's fan-out server) — target p50 <= 100 ms; polling (default idleTime \
+             500 ms) p50 {} p99 {}",
+            ms(percentile(&fan_out, 50)),
+            ms(percentile(&fan_out, 99)),
+            ms(percentile(&polling, 50)),
+            ms(percentile(&polling, 99)),
+        );
+    }
+    if run("fanout") || run("fanout-rate") {
+        let (polling, fan_out) = fan_out_rates(&kinesis).await;
+        println!(
+            "- records/s on one 20k-record backlog of 4 shards: fan-out {fan_out:.0}/s (through the fan-out server, \
+             1000 records per event), polling {polling:.0}/s (GetRecords limit 10000), ratio {:.2} (stdout processor, \
+             DynamoDB checkpoints; best of 2 interleaved rounds)",
+            fan_out / polling
         );
     }
     if run("cost") {

@@ -1,7 +1,8 @@
 //! KPL aggregates read by real `leasehold-worker` processes on kinesalite + dynalite. The aggregates are
 //! made by AWS's `aws-kinesis-agg` library (tests/ground/kpl.sh installs it, tests/ground/kpl-agg.py
 //! drives it). Every user record is delivered under its own key, with its sub-sequence; checkpoints
-//! inside an aggregate let a new holder resume exactly where the old one stopped.
+//! inside an aggregate let a new holder resume exactly where the old one stopped. The tests marked so
+//! run twice: reading by polling, and with enhanced fan-out through the testkit's fan-out server.
 
 mod common;
 
@@ -20,10 +21,13 @@ use axum::http::HeaderMap;
 use axum::routing::post;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use common::fanout::fan_out_config;
+use common::fanout::fan_out_server;
 use common::*;
+use leasehold_testkit::fanout::FanOutServer;
 use leasehold_testkit::kpl::{LibraryAggregate, library_aggregates};
 use leasehold_testkit::process::{WorkerProcess, wait_for};
-use leasehold_testkit::server::{LocalServer, http_get};
+use leasehold_testkit::server::LocalServer;
 use leasehold_worker::kpl::partition_key_hash;
 use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
 use serde_json::{Value, json};
@@ -149,11 +153,55 @@ impl Sink {
     }
 }
 
+/// How a test's workers read their shards.
+#[derive(Clone, Copy)]
+enum Reading<'a> {
+    Polling,
+    /// Enhanced fan-out through this server.
+    FanOut(&'a FanOutServer),
+}
+
 /// A worker on `stream` with `processor` (a `processor:` line), the lease table `table`, `extra`.
 fn worker(stream: &str, table: &str, processor: &str, extra: &str, owner: &str) -> WorkerProcess {
-    let config = config(stream, Some(table), &format!("startPosition: TRIM_HORIZON\n{extra}"))
-        .replace("processor: {stdout: {}}\n", processor);
-    spawn(&config, owner)
+    reading_worker(Reading::Polling, stream, table, processor, extra, owner)
+}
+
+/// [`worker`], reading as `reading` says.
+fn reading_worker(
+    reading: Reading<'_>,
+    stream: &str,
+    table: &str,
+    processor: &str,
+    extra: &str,
+    owner: &str,
+) -> WorkerProcess {
+    let extra = format!("startPosition: TRIM_HORIZON\n{extra}");
+    let config = match reading {
+        Reading::Polling => config(stream, Some(table), &extra),
+        Reading::FanOut(server) => fan_out_config(server, stream, Some(table), &extra),
+    };
+    spawn(&config.replace("processor: {stdout: {}}\n", processor), owner)
+}
+
+/// Runs each named test body (an `async fn(Reading)`) polling and with fan-out, as the tests
+/// `<name>::polling` and `<name>::fan_out`.
+macro_rules! polling_and_fan_out {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn polling() {
+                    super::$name(super::Reading::Polling).await
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn fan_out() {
+                    let server = super::fan_out_server().await;
+                    super::$name(super::Reading::FanOut(&server)).await
+                }
+            }
+        )*
+    };
 }
 
 /// How many times each data was delivered.
@@ -194,16 +242,7 @@ async fn lease_row(table: &str, stream: &str, shard: &str) -> Checkpoint {
     store.get(&LeaseKey::new(stream, shard)).await.expect("get").expect("lease row").checkpoint
 }
 
-async fn metric(worker: &WorkerProcess, name: &str) -> f64 {
-    wait_for("the metrics address logged", Duration::from_secs(20), || worker.metrics_addr().is_some());
-    let (_, body) = http_get(&worker.metrics_addr().expect("address"), "/metrics").await;
-    body.lines()
-        .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
-        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{body}"))
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn aggregates_and_plain_records_on_one_shard_are_each_delivered_once_under_their_own_key() {
+async fn aggregates_and_plain_records_on_one_shard_are_each_delivered_once_under_their_own_key(reading: Reading<'_>) {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "kplmix", 1).await;
     let table = leasehold_testkit::unique_name("kplmix");
@@ -220,7 +259,14 @@ async fn aggregates_and_plain_records_on_one_shard_are_each_delivered_once_under
             expected.push((key, data));
         }
     }
-    let w = worker(&stream, &table, "processor: {stdout: {}}\n", "ordering: key\nconcurrency: 8\n", "kplmix-1");
+    let w = reading_worker(
+        reading,
+        &stream,
+        &table,
+        "processor: {stdout: {}}\n",
+        "ordering: key\nconcurrency: 8\n",
+        "kplmix-1",
+    );
     wait_for("every record delivered", Duration::from_secs(60), || printed(&w).len() >= expected.len());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = printed(&w);
@@ -325,14 +371,13 @@ async fn backlog(prefix: &str, aggregates: usize) -> (Client, String, Vec<(Strin
 
 const SLOW: &str = "ordering: key\nconcurrency: 4\n";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_inside_an_aggregate_hands_over_with_no_repeats() {
+async fn sigterm_inside_an_aggregate_hands_over_with_no_repeats(reading: Reading<'_>) {
     let (_kinesis, stream, given) = backlog("kplterm", 10).await;
     let table = leasehold_testkit::unique_name("kplterm");
     let sink = Sink::start(Duration::from_millis(1)).await;
-    let mut leaver = worker(&stream, &table, &sink.processor("leaver"), SLOW, "leaver");
+    let mut leaver = reading_worker(reading, &stream, &table, &sink.processor("leaver"), SLOW, "leaver");
     wait_for("leaver holds the shard", Duration::from_secs(20), || leaver.held_shards().len() == 1);
-    let stayer = worker(&stream, &table, &sink.processor("stayer"), SLOW, "stayer");
+    let stayer = reading_worker(reading, &stream, &table, &sink.processor("stayer"), SLOW, "stayer");
     wait_for("leaver is well into the backlog", Duration::from_secs(60), || sink.by("leaver").len() >= 1200);
     leaver.signal("TERM");
     let status = leaver.wait_exit(Duration::from_secs(15)).expect("leaver exits");
@@ -355,12 +400,11 @@ async fn sigterm_inside_an_aggregate_hands_over_with_no_repeats() {
     drop(stayer);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn kill_9_inside_an_aggregate_repeats_only_what_was_not_checkpointed() {
+async fn kill_9_inside_an_aggregate_repeats_only_what_was_not_checkpointed(reading: Reading<'_>) {
     let (_kinesis, stream, given) = backlog("kplkill", 10).await;
     let table = leasehold_testkit::unique_name("kplkill");
     let sink = Sink::start(Duration::from_millis(1)).await;
-    let mut victim = worker(&stream, &table, &sink.processor("victim"), SLOW, "victim");
+    let mut victim = reading_worker(reading, &stream, &table, &sink.processor("victim"), SLOW, "victim");
     wait_for("victim is well into the backlog", Duration::from_secs(60), || sink.by("victim").len() >= 1200);
     victim.signal("KILL");
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
@@ -371,7 +415,7 @@ async fn kill_9_inside_an_aggregate_repeats_only_what_was_not_checkpointed() {
         panic!("the victim's last checkpoint should be inside an aggregate, got {checkpoint:?}")
     };
     let done = (sequence.len(), sequence.clone(), u64::from(sub_sequence));
-    let survivor = worker(&stream, &table, &sink.processor("survivor"), SLOW, "survivor");
+    let survivor = reading_worker(reading, &stream, &table, &sink.processor("survivor"), SLOW, "survivor");
     wait_for("every user record delivered", Duration::from_secs(90), || counts(&sink.seen()).len() >= given.len());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = sink.seen();
@@ -603,3 +647,9 @@ async fn with_deaggregate_false_an_aggregate_is_one_opaque_record() {
     assert_eq!((&seen[0].sequence, seen[0].sub_sequence, &seen[0].data), (&sequence, None, &aggregate.data));
     assert_eq!(seen[0].key, aggregate.partition_key);
 }
+
+polling_and_fan_out!(
+    aggregates_and_plain_records_on_one_shard_are_each_delivered_once_under_their_own_key,
+    sigterm_inside_an_aggregate_hands_over_with_no_repeats,
+    kill_9_inside_an_aggregate_repeats_only_what_was_not_checkpointed,
+);

@@ -1,5 +1,6 @@
 //! A consumer group of worker processes on kinesalite and dynalite: shards split exclusively, every
-//! record processed, per-key order kept.
+//! record processed, per-key order kept; polling, and with enhanced fan-out (one stream consumer
+//! registered for the group, however many workers find it absent at once).
 
 mod common;
 
@@ -8,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold_testkit::kinesis::put_records;
-use leasehold_testkit::process::wait_for;
+use leasehold_testkit::process::{WorkerProcess, wait_for};
 
 async fn three_workers_share_four_shards_and_process_every_record_in_key_order(emulator: Emulator) {
     let kinesis = emulator.client().await;
@@ -45,8 +46,47 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order(e
     assert_exactly_once(&deliveries, &expected);
     assert_per_key_order(&refs);
     assert_eq!(check_handovers(&deliveries), 0, "cooperative handoffs must not redeliver");
+    if emulator == Emulator::FanOut {
+        assert_one_consumer_read_every_shard(&refs, &table).await;
+    }
     let [a, b, c] = &mut workers;
     assert_running(&mut [a, b, c]);
 }
 
-on_both_emulators!(three_workers_share_four_shards_and_process_every_record_in_key_order);
+/// The workers registered one stream consumer for their group (named after its lease table), read
+/// every shard through subscriptions (each reporting how far behind it is), and no subscription went
+/// silent or broke.
+async fn assert_one_consumer_read_every_shard(workers: &[&WorkerProcess], table: &str) {
+    let mine: Vec<String> = common::fanout::shared_fan_out()
+        .controls
+        .registered_consumers()
+        .into_iter()
+        .filter(|arn| arn.contains(&format!("consumer/{table}:")))
+        .collect();
+    assert_eq!(mine.len(), 1, "one stream consumer for the group: {mine:?}");
+    let mut sums = [0.0; 4];
+    for worker in workers {
+        for (sum, series) in sums.iter_mut().zip([
+            "leasehold_fanout_consumers_registered_total",
+            "leasehold_fanout_subscriptions_total",
+            "leasehold_fanout_subscriptions_replaced_total{reason=\"idle\"}",
+            "leasehold_fanout_subscriptions_replaced_total{reason=\"broken\"}",
+        ]) {
+            *sum += metric_or_zero(worker, series).await;
+        }
+    }
+    // Every event's MillisBehindLatest feeds the shard's gauge.
+    for worker in workers {
+        for shard in worker.held_shards() {
+            let behind = metric(worker, &format!("leasehold_millis_behind_latest{{shard=\"{shard}\"}}")).await;
+            assert!(behind >= 0.0, "{shard}: {behind}");
+        }
+    }
+    let [registered, subscriptions, idle, broken] = sums;
+    assert_eq!(registered, 1.0, "registered once");
+    assert!(subscriptions >= 4.0, "every shard subscribed, {subscriptions}");
+    // A healthy server: nothing silent or broken (the SDK's timeouts leave event streams be).
+    assert_eq!((idle, broken), (0.0, 0.0), "subscriptions replaced as idle, broken");
+}
+
+on_every_ground!(three_workers_share_four_shards_and_process_every_record_in_key_order);

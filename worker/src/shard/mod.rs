@@ -308,6 +308,7 @@ impl ShardReader {
                 if self.stop.is_cancelled() {
                     return self.stopped(d, cursor).await.map(Some);
                 }
+                // Backpressure: the next record is admitted only when the window has room.
                 while !d.has_room() {
                     self.step(d).await?;
                     self.maybe_checkpoint(d, cursor).await?;

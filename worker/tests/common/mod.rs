@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod fanout;
+
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
@@ -325,28 +327,32 @@ pub fn assert_running(workers: &mut [&mut WorkerProcess]) {
     }
 }
 
-/// The Kinesis emulator a test body runs against: the same body runs on both, as two tests.
+/// The Kinesis emulator a test body runs against: the same body runs on both, as two tests (and, with
+/// [`on_every_ground!`], read with enhanced fan-out as a third).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Emulator {
     /// kinesalite.
     Kinesalite,
     /// kinesis-mock (npm `kinesis-local`).
     KinesisMock,
+    /// kinesalite, the workers reading with enhanced fan-out through the process's shared fan-out
+    /// server ([`fanout::shared_fan_out`]).
+    FanOut,
 }
 
 impl Emulator {
     /// The testkit service of this emulator.
     pub fn service(self) -> leasehold_testkit::Service {
         match self {
-            Emulator::Kinesalite => leasehold_testkit::Service::Kinesis,
+            Emulator::Kinesalite | Emulator::FanOut => leasehold_testkit::Service::Kinesis,
             Emulator::KinesisMock => leasehold_testkit::Service::KinesisMock,
         }
     }
 
-    /// A client of this emulator.
+    /// A client of this emulator (with fan-out: of kinesalite, which the fan-out server reads).
     pub async fn client(self) -> aws_sdk_kinesis::Client {
         match self {
-            Emulator::Kinesalite => leasehold_testkit::kinesis_client().await,
+            Emulator::Kinesalite | Emulator::FanOut => leasehold_testkit::kinesis_client().await,
             Emulator::KinesisMock => leasehold_testkit::kinesis_mock_client().await,
         }
     }
@@ -358,9 +364,27 @@ impl Emulator {
 
     /// [`config_with_timing`] reading from this emulator.
     pub fn config_with_timing(self, stream: &str, table: Option<&str>, timing: &str, extra: &str) -> String {
+        if self == Emulator::FanOut {
+            return fanout::fan_out_config_at(&fanout::shared_fan_out().endpoint, stream, table, timing, extra);
+        }
         let config = config_with_timing(stream, table, timing, extra);
         with_endpoint(&config, leasehold_testkit::Service::Kinesis, &leasehold_testkit::endpoint(self.service()))
     }
+}
+
+/// The tests `<name>::<test>` running the body `<name>` (an `async fn(Emulator)`) on each `<ground>`.
+#[macro_export]
+macro_rules! ground_tests {
+    ($name:ident: $($test:ident => $ground:ident),*) => {
+        mod $name {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$name(super::Emulator::$ground).await
+                }
+            )*
+        }
+    };
 }
 
 /// Runs each named test body (an `async fn(Emulator)`) once per Kinesis emulator, as the tests
@@ -368,19 +392,15 @@ impl Emulator {
 #[macro_export]
 macro_rules! on_both_emulators {
     ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn kinesalite() {
-                    super::$name(super::Emulator::Kinesalite).await
-                }
+        $( $crate::ground_tests!($name: kinesalite => Kinesalite, kinesis_mock => KinesisMock); )*
+    };
+}
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn kinesis_mock() {
-                    super::$name(super::Emulator::KinesisMock).await
-                }
-            }
-        )*
+/// [`on_both_emulators!`], plus the test `<name>::fan_out` on [`Emulator::FanOut`].
+#[macro_export]
+macro_rules! on_every_ground {
+    ($($name:ident),* $(,)?) => {
+        $( $crate::ground_tests!($name: kinesalite => Kinesalite, kinesis_mock => KinesisMock, fan_out => FanOut); )*
     };
 }
 
@@ -411,4 +431,50 @@ pub fn assert_key_order_across_shards(deliveries: &[Delivery]) {
         crossed += usize::from(list.iter().map(|(_, s)| s).collect::<HashSet<_>>().len() >= 2);
     }
     assert!(crossed > 0, "no key moved between shards: the test did not exercise resharding");
+}
+
+/// Each child shard of `stream` was first acquired only after every one of its parents ended
+/// (`(child, parents)` pairs), over all `workers`.
+pub fn assert_children_after_parents(workers: &[&WorkerProcess], stream: &str, family: &[(&str, &[&str])]) {
+    let ended =
+        |shard: &str| workers.iter().filter_map(|w| event_time(w, "shard ended", &format!("{stream}:{shard}"))).min();
+    let started = |shard: &str| {
+        workers
+            .iter()
+            .flat_map(|w| w.events("lease acquired"))
+            .filter(|(_, s)| *s == format!("{stream}:{shard}"))
+            .map(|(at, _)| at)
+            .min()
+    };
+    for (child, parents) in family {
+        let child_start = started(child).unwrap_or_else(|| panic!("{child} never started"));
+        for parent in *parents {
+            let parent_end = ended(parent).unwrap_or_else(|| panic!("{parent} never ended"));
+            assert!(child_start > parent_end, "{child} started before its parent {parent} ended");
+        }
+    }
+}
+
+/// The value of the series `name` (with its labels, e.g. `leasehold_x_total{reason="y"}`) on
+/// `worker`'s `/metrics`; panics when it is not there.
+pub async fn metric(worker: &WorkerProcess, name: &str) -> f64 {
+    match try_metric(worker, name).await {
+        Ok(value) => value,
+        Err(body) => panic!("{name} not in /metrics:\n{body}"),
+    }
+}
+
+/// [`metric`], or 0 for a labelled series never counted (a family shows only the labels it has seen).
+pub async fn metric_or_zero(worker: &WorkerProcess, name: &str) -> f64 {
+    try_metric(worker, name).await.unwrap_or(0.0)
+}
+
+/// The value of the series `name` on `worker`'s `/metrics`, or the whole answer when it is not there.
+async fn try_metric(worker: &WorkerProcess, name: &str) -> Result<f64, String> {
+    leasehold_testkit::process::wait_for("the metrics address logged", std::time::Duration::from_secs(20), || {
+        worker.metrics_addr().is_some()
+    });
+    let address = worker.metrics_addr().expect("address");
+    let (_, body) = leasehold_testkit::server::http_get(&address, "/metrics").await;
+    body.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.trim().parse().ok())).ok_or(body)
 }

@@ -80,6 +80,15 @@ impl KinesisError {
     }
 }
 
+/// A stream as described: its incarnation and whether its shards can be listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamState {
+    /// When the stream was created, epoch ms.
+    pub created: i64,
+    /// ACTIVE or UPDATING: a listing of its shards is complete.
+    pub listable: bool,
+}
+
 /// One shard as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardInfo {
@@ -168,8 +177,9 @@ impl Kinesis {
         }
     }
 
-    /// When `stream` was created, epoch ms: what tells one incarnation of a stream name from the next.
-    pub async fn stream_created(&self, stream: &str) -> Result<i64> {
+    /// When `stream` was created, epoch ms (what tells one incarnation of a stream name from the next),
+    /// and whether its shards can be listed yet.
+    pub async fn stream_created(&self, stream: &str) -> Result<StreamState> {
         let out = self
             .client
             .describe_stream_summary()
@@ -177,12 +187,22 @@ impl Kinesis {
             .send()
             .await
             .map_err(|e| KinesisError::from_sdk(e, stream))?;
-        let created = out.stream_description_summary.map(|s| s.stream_creation_timestamp);
-        created.and_then(|t| t.to_millis().ok()).ok_or_else(|| KinesisError::Service {
+        let summary = out.stream_description_summary;
+        // A stream being created lists no shards yet (kinesalite lists none at all): a sync must not
+        // conclude from that listing that the former incarnation's shards are gone.
+        let listable = summary.as_ref().is_some_and(|s| {
+            matches!(
+                s.stream_status,
+                aws_sdk_kinesis::types::StreamStatus::Active | aws_sdk_kinesis::types::StreamStatus::Updating
+            )
+        });
+        let created = summary.map(|s| s.stream_creation_timestamp);
+        let created = created.and_then(|t| t.to_millis().ok()).ok_or_else(|| KinesisError::Service {
             code: "NoCreationTimestamp".into(),
             message: format!("DescribeStreamSummary of {stream} gave no StreamCreationTimestamp"),
             retryable: true,
-        })
+        })?;
+        Ok(StreamState { created, listable })
     }
 
     /// Every shard of `stream` (open and closed but retained), following NextToken paging.

@@ -208,6 +208,14 @@ impl ShardReader {
                 Some(current) => current,
                 None => {
                     let Some(from) = start_at(&cursor.fetched) else { return Ok(ShardExit::Ended) };
+                    match self.check_incarnation(d, &stream, cursor).await? {
+                        Ok(None) => {}
+                        Ok(Some(exit)) => return Ok(exit),
+                        Err(e) => match self.read_failed(d, e, &mut failures, cursor).await? {
+                            Step::Continue => continue,
+                            Step::Exit(exit) => return Ok(exit),
+                        },
+                    }
                     match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
                         Ok(Some(it)) => it,
                         Ok(None) => return self.finish(d, cursor).await,
@@ -275,6 +283,36 @@ impl ShardReader {
             if empty {
                 // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
                 self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await?;
+            }
+        }
+    }
+
+    /// Before a new iterator: the stream must still be the incarnation the lease's row is about, or a
+    /// stream deleted and recreated under its name would be read from a former incarnation's checkpoint
+    /// (or under a row the shard sync is replacing). `Ok(Some(exit))` gives the shard up; `Err` is a
+    /// failed describe to back off from. A describe refused for good (no permission) lets the iterator
+    /// be taken unchecked, as for rows without a stamp.
+    async fn check_incarnation(
+        &self,
+        d: &mut Dispatcher,
+        stream: &str,
+        cursor: &Cursor,
+    ) -> Flow<Result<Option<ShardExit>, KinesisError>> {
+        let Some(created) = self.held.stream_created() else { return Ok(Ok(None)) };
+        match self.drive(d, self.kinesis.stream_created(stream)).await? {
+            Ok(state) if state.created == created => Ok(Ok(None)),
+            Ok(state) => {
+                let now = state.created;
+                tracing::warn!(shard = %self.held.key(), row = created, stream = now,
+                    "the stream was recreated since the lease was taken; giving the shard up");
+                self.drain(d).await?;
+                let reason = format!("stream recreated (created {now}, the row is about {created})");
+                Ok(Ok(Some(ShardExit::Failed { reason, last: cursor.position(d) })))
+            }
+            Err(e) if e.is_retryable() || matches!(e, KinesisError::StreamNotFound { .. }) => Ok(Err(e)),
+            Err(e) => {
+                tracing::debug!(shard = %self.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
+                Ok(Ok(None))
             }
         }
     }

@@ -52,6 +52,10 @@ pub struct Metrics {
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
     /// record hashing outside the shard, which the KPL puts again to the right shard).
     pub user_records_skipped: Family<Labels, Counter>,
+    /// GetRecords calls that timed out (each halves its shard's page limit, down to 10).
+    pub get_records_timeouts: Counter,
+    /// A shard's GetRecords page limit while shrunk below `maxRecords` after timeouts, per shard.
+    pub get_records_limit: Family<Labels, Gauge>,
     /// True while the coordinator runs (served as `/readyz`).
     ready: AtomicBool,
 }
@@ -74,6 +78,8 @@ impl Default for Metrics {
             millis_behind_latest: Family::default(),
             records_not_deaggregated: Counter::default(),
             user_records_skipped: Family::default(),
+            get_records_timeouts: Counter::default(),
+            get_records_limit: Family::default(),
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
@@ -125,6 +131,16 @@ impl Default for Metrics {
             "User records of KPL aggregates not delivered, by reason (outside_shard)",
             metrics.user_records_skipped.clone(),
         );
+        registry.register(
+            "get_records_timeouts",
+            "GetRecords calls that timed out; each halves its shard's page limit (down to 10)",
+            metrics.get_records_timeouts.clone(),
+        );
+        registry.register(
+            "get_records_limit",
+            "GetRecords page limit per shard, after timeouts shrank it (grows back to maxRecords)",
+            metrics.get_records_limit.clone(),
+        );
         metrics
     }
 }
@@ -150,9 +166,15 @@ impl Metrics {
         self.millis_behind_latest.get_or_create(&label("shard", shard)).set(millis);
     }
 
+    /// Sets `shard`'s GetRecords page limit.
+    pub fn page_limit(&self, shard: &str, limit: i32) {
+        self.get_records_limit.get_or_create(&label("shard", shard)).set(i64::from(limit));
+    }
+
     /// Forgets `shard`'s series once this worker no longer reads it.
     pub fn forget_shard(&self, shard: &str) {
         self.millis_behind_latest.remove(&label("shard", shard));
+        self.get_records_limit.remove(&label("shard", shard));
     }
 
     /// Marks the worker ready (its coordinator runs) or not.

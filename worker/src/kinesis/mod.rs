@@ -35,7 +35,11 @@ pub enum KinesisError {
     /// Throttled (per-shard read limits, or the control-plane call limits). Retry with backoff.
     #[error("kinesis throttled the request: {0}")]
     Throttled(String),
-    /// Timed out or failed in transport; retry.
+    /// The call did not complete within the SDK's attempt timeout; retry (a GetRecords with a smaller
+    /// page).
+    #[error("kinesis request failed in transport: request timed out")]
+    TimedOut,
+    /// Failed in transport; retry.
     #[error("kinesis request failed in transport: {0}")]
     Transport(String),
     /// Any other service error.
@@ -54,7 +58,10 @@ impl KinesisError {
     /// True for failures worth retrying after a backoff.
     pub fn is_retryable(&self) -> bool {
         match self {
-            KinesisError::Throttled(_) | KinesisError::Transport(_) | KinesisError::ExpiredIterator => true,
+            KinesisError::Throttled(_)
+            | KinesisError::TimedOut
+            | KinesisError::Transport(_)
+            | KinesisError::ExpiredIterator => true,
             KinesisError::Service { retryable, .. } => *retryable,
             KinesisError::StreamNotFound { .. } => false,
         }
@@ -69,7 +76,7 @@ impl KinesisError {
             return KinesisError::Throttled(error.message().unwrap_or("throttled").to_string());
         }
         match fault {
-            Fault::Timeout => KinesisError::Transport("request timed out".into()),
+            Fault::Timeout => KinesisError::TimedOut,
             Fault::Transport(message) => KinesisError::Transport(message),
             Fault::Service { code, message, server_error } => match code.as_str() {
                 "ResourceNotFoundException" => KinesisError::StreamNotFound { stream: stream.into(), message },

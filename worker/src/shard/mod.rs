@@ -18,7 +18,7 @@ use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
 use crate::processor::ShardProcessor;
-use pace::Pace;
+use pace::{Pace, PageLimit};
 use unpack::Unpacker;
 
 pub use lifecycle::run_shard;
@@ -26,7 +26,7 @@ pub use lifecycle::run_shard;
 /// How a shard is read.
 #[derive(Debug, Clone)]
 pub struct ReaderSettings {
-    /// Records per GetRecords call.
+    /// Records per GetRecords call at most (fewer for a while after a call timed out).
     pub max_records: i32,
     /// Pause after a call that returned nothing.
     pub idle_time: Duration,
@@ -194,6 +194,7 @@ impl ShardReader {
         let shard_label = key.to_string();
         let mut iterator: Option<String> = None;
         let mut pace = Pace::new(self.settings.min_call_gap);
+        let mut page = PageLimit::new(self.settings.max_records);
         let mut unpacker =
             Unpacker::new(self.settings.deaggregate, &cursor.start, self.runner.metrics().clone(), shard_label.clone());
         let mut failures = read_backoff();
@@ -231,10 +232,26 @@ impl ShardReader {
                 continue;
             }
             pace.called();
-            let batch =
-                self.drive(d, self.kinesis.get_records(&stream, &shard, &current, self.settings.max_records)).await?;
+            let batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, page.get())).await?;
             let batch = match batch {
-                Ok(batch) => batch,
+                Ok(batch) => {
+                    if page.succeeded() {
+                        self.runner.metrics().page_limit(&shard_label, page.get());
+                    }
+                    batch
+                }
+                Err(KinesisError::TimedOut) => {
+                    self.runner.metrics().get_records_timeouts.inc();
+                    if page.timed_out() {
+                        tracing::info!(shard = %key, limit = page.get(), "GetRecords timed out; asking for smaller pages");
+                        self.runner.metrics().page_limit(&shard_label, page.get());
+                    }
+                    iterator = Some(current);
+                    match self.read_failed(d, KinesisError::TimedOut, &mut failures, cursor).await? {
+                        Step::Continue => continue,
+                        Step::Exit(exit) => return Ok(exit),
+                    }
+                }
                 Err(KinesisError::ExpiredIterator) => {
                     tracing::info!(shard = %key, "shard iterator expired; getting a new one after the last record fetched");
                     continue;

@@ -170,7 +170,7 @@ impl ShardReader {
         let held = self.held.clone();
         // After a pause (a stopped process, a starved runtime) the deadline may have passed before the
         // renewer noticed: no record starts past it.
-        let gate: Gate = Box::new(move || held.is_valid());
+        let gate: Gate = Arc::new(move || held.is_valid());
         let mut dispatcher = Dispatcher::new(
             self.settings.dispatch,
             self.runner.clone(),

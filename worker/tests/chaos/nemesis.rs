@@ -99,6 +99,13 @@ async fn episode(cluster: &Cluster, plan: &Plan, rng: &mut SeededRng, slot: &mut
         cluster.start_worker(slot, false).await;
         return;
     }
+    // A soak's stayer keeps its process: a process fault drawn for it becomes a DynamoDB fault.
+    let action = match action {
+        Action::Kill | Action::Terminate | Action::Stop if slot.stayer => {
+            [Action::ThrottleDynamo, Action::DelayDynamo, Action::CutDynamo][rng.below(3) as usize]
+        }
+        other => other,
+    };
     match action {
         Action::Kill | Action::Terminate => {
             let (signal, end) =

@@ -297,6 +297,13 @@ impl Kinesis {
             .set_stream_arn(self.address(stream).1)
             .shard_iterator(iterator)
             .limit(limit)
+            .customize()
+            // One attempt: the reader retries with its own backoff, and a timed-out page is asked for
+            // again smaller at once rather than after the SDK's three attempts of the same size.
+            .config_override(
+                aws_sdk_kinesis::config::Builder::default()
+                    .retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()),
+            )
             .send()
             .await
             .map_err(|e| KinesisError::from_sdk(e, stream))?;

@@ -82,7 +82,7 @@ fn main() {
         let runner = Arc::new(Runner::new(Arc::default()));
         let settings = DispatchSettings { ordering, concurrency };
         let mut dispatcher =
-            Dispatcher::new(settings, runner, Arc::new(NoOp), CancellationToken::new(), Box::new(|| true));
+            Dispatcher::new(settings, runner, Arc::new(NoOp), CancellationToken::new(), Arc::new(|| true));
         let started = Instant::now();
         let watermark = runtime.block_on(feed(&mut dispatcher, batch));
         let seconds = started.elapsed().as_secs_f64();

@@ -96,6 +96,11 @@ fn init_logging(format: LogFormat) {
 }
 
 async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCode {
+    // Listening first: a SIGTERM that comes while the worker is still starting (reading its config,
+    // binding /metrics; long on a loaded machine) must end it cleanly, not by the signal's default.
+    let shutdown = CancellationToken::new();
+    let signals = Signals::listen();
+    tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
     let config = match WorkerConfig::load(&args.config) {
         Ok(config) => config,
         Err(e) => {
@@ -111,7 +116,6 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             return ExitCode::from(2);
         }
     };
-    let shutdown = CancellationToken::new();
     let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -129,7 +133,6 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             tracing::error!(error = %e, "/metrics server failed");
         }
     });
-    tokio::spawn(cancel_on_signal(shutdown.clone()));
     match runtime::run(config, owner, processors, metrics, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -139,18 +142,41 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
     }
 }
 
-/// Cancels `shutdown` on SIGTERM or SIGINT.
-async fn cancel_on_signal(shutdown: CancellationToken) {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(term) => term,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot listen for SIGTERM");
-            return;
+/// SIGTERM and SIGINT, listened for from the moment this is made.
+struct Signals {
+    term: Option<tokio::signal::unix::Signal>,
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn listen() -> Self {
+        use tokio::signal::unix::{SignalKind, signal};
+        let listen = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(stream) => Some(stream),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for {name}");
+                None
+            }
+        };
+        Self { term: listen(SignalKind::terminate(), "SIGTERM"), int: listen(SignalKind::interrupt(), "SIGINT") }
+    }
+}
+
+/// Waits for one of `signal` (never, when it could not be listened for).
+async fn received(signal: &mut Option<tokio::signal::unix::Signal>) {
+    match signal {
+        Some(stream) => {
+            stream.recv().await;
         }
-    };
+        None => std::future::pending().await,
+    }
+}
+
+/// Cancels `shutdown` on SIGTERM or SIGINT.
+async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
     tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = received(&mut signals.term) => tracing::info!("SIGTERM received"),
+        _ = received(&mut signals.int) => tracing::info!("SIGINT received"),
     }
     shutdown.cancel();
 }

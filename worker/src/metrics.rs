@@ -65,6 +65,10 @@ pub struct Metrics {
     pub fanout_shards_given_up: Counter,
     /// Stream consumers this worker registered (it found them absent).
     pub fanout_consumers_registered: Counter,
+    /// GetRecords calls that timed out (each halves its shard's page limit, down to 10).
+    pub get_records_timeouts: Counter,
+    /// A shard's GetRecords page limit while shrunk below `maxRecords` after timeouts, per shard.
+    pub get_records_limit: Family<Labels, Gauge>,
     /// True while the coordinator runs (served as `/readyz`).
     ready: AtomicBool,
 }
@@ -92,6 +96,8 @@ impl Default for Metrics {
             fanout_subscriptions_replaced: Family::default(),
             fanout_shards_given_up: Counter::default(),
             fanout_consumers_registered: Counter::default(),
+            get_records_timeouts: Counter::default(),
+            get_records_limit: Family::default(),
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
@@ -168,6 +174,16 @@ impl Default for Metrics {
             "Stream consumers this worker registered",
             metrics.fanout_consumers_registered.clone(),
         );
+        registry.register(
+            "get_records_timeouts",
+            "GetRecords calls that timed out; each halves its shard's page limit (down to 10)",
+            metrics.get_records_timeouts.clone(),
+        );
+        registry.register(
+            "get_records_limit",
+            "GetRecords page limit per shard, after timeouts shrank it (grows back to maxRecords)",
+            metrics.get_records_limit.clone(),
+        );
         metrics
     }
 }
@@ -213,9 +229,15 @@ impl Metrics {
         self.millis_behind_latest.get_or_create(&label("shard", shard)).set(millis);
     }
 
+    /// Sets `shard`'s GetRecords page limit.
+    pub fn page_limit(&self, shard: &str, limit: i32) {
+        self.get_records_limit.get_or_create(&label("shard", shard)).set(i64::from(limit));
+    }
+
     /// Forgets `shard`'s series once this worker no longer reads it.
     pub fn forget_shard(&self, shard: &str) {
         self.millis_behind_latest.remove(&label("shard", shard));
+        self.get_records_limit.remove(&label("shard", shard));
     }
 
     /// Marks the worker ready (its coordinator runs) or not.

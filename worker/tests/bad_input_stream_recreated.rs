@@ -3,7 +3,9 @@
 //! the stream's creation time (`stream_created`); rows of the former incarnation are replaced, never
 //! applied, and the new stream is read from TRIM_HORIZON even with `startPosition: LATEST` (every
 //! record in it was written after the consumer began reading that name): records written to the new
-//! stream at once, before any worker noticed, are all processed exactly once.
+//! stream at once, before any worker noticed, are all processed exactly once. The stream comes back
+//! the moment its old readers have given their shards up, while the rows are still the former
+//! incarnation's (docs/lease-protocol.md, "Streams deleted and recreated under the same name").
 
 mod common;
 
@@ -33,6 +35,16 @@ async fn stamps(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> Vec<(String
         .collect();
     rows.sort();
     rows
+}
+
+/// The shards whose readers logged giving them up because the stream was gone.
+fn given_up(workers: &[&WorkerProcess]) -> std::collections::BTreeSet<String> {
+    workers
+        .iter()
+        .flat_map(|w| w.logs())
+        .filter(|(_, v)| v.get("message").and_then(|m| m.as_str()) == Some("stream gone; giving the shard up"))
+        .filter_map(|(_, v)| v.get("shard").and_then(|s| s.as_str()).map(str::to_string))
+        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -65,10 +77,17 @@ async fn a_recreated_stream_is_read_from_its_start_and_no_old_checkpoint_is_appl
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // The readers of the deleted stream give their shards up (StreamNotFound) before it comes back. A
-    // stream recreated faster than that is the open race docs/lease-protocol.md names: a reader that
-    // started on the old incarnation may read the new one under its old lease until its next renewal.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    // Each shard's reader gives it up at its first read of the missing stream. Waiting for that (not
+    // for a time) keeps the test deterministic: on kinesalite an iterator taken before the deletion
+    // reads the new incarnation, so a reader that never polled while the name was missing (the gap is
+    // ~50 ms here) would read it under its old lease (docs/lease-protocol.md names this limit).
+    {
+        let refs: Vec<_> = workers.iter().collect();
+        wait_for("both shards given up", Duration::from_secs(20), || given_up(&refs).len() == 2);
+    }
+    // Recreated at once: rows of the former incarnation are still in the table (some perhaps taken
+    // again meanwhile); the sync replaces them only once the new stream is ACTIVE, keeping any owner,
+    // and a reader checks the stream's creation time before every new iterator.
     leasehold_testkit::create_named_stream(&kinesis, &stream, 2).await;
     let second = stream_created(&kinesis, &stream).await;
     assert_ne!(first, second, "a new incarnation");

@@ -7,6 +7,12 @@
 //! alone), `LEASEHOLD_CHAOS_ROUNDS` (default 1) and `LEASEHOLD_CHAOS_SECONDS` (nemesis time per round,
 //! default 60) size it, `LEASEHOLD_CHAOS_WORKERS` (4) and `LEASEHOLD_CHAOS_SHARDS` (8) shape it, and
 //! `LEASEHOLD_CHAOS_VERBOSE=1` prints the nemesis as it acts. `make chaos` runs it alone.
+//!
+//! Every round samples each worker's RSS and open descriptors (every process under a cap).
+//! `LEASEHOLD_CHAOS_SOAK=1` makes each round a soak (`make soak-chaos`, 30 minutes): the producer
+//! writes one record per second per shard, and two slots are stayers, whose workers the nemesis never
+//! kills, stops or terminates (every other fault still reaches them): their growth from the end of the
+//! warm-up (a quarter of the round) to its end is bounded.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -17,10 +23,13 @@ mod checker;
 mod cluster;
 #[path = "chaos/nemesis.rs"]
 mod nemesis;
+#[path = "chaos/usage.rs"]
+mod usage;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use leasehold_testkit::nemesis::{SeededRng, fresh_seed};
@@ -36,6 +45,18 @@ const PATIENCE: Duration = Duration::from_secs(20);
 /// Keys the producer writes, one record each per tick.
 const KEYS: usize = 12;
 const TICK: Duration = Duration::from_millis(100);
+/// Slots whose workers a soak never kills or stops.
+const STAYERS: usize = 2;
+/// How often every worker's RSS and descriptors are read.
+const SAMPLE_EVERY: Duration = Duration::from_secs(5);
+/// RSS any worker process may reach (debug build), MiB.
+const RSS_CAP_MIB: f64 = 256.0;
+/// Open descriptors any worker process may hold.
+const FD_CAP: usize = 256;
+/// A stayer's RSS growth allowed after the warm-up, MiB.
+const RSS_GROWTH_MIB: f64 = 16.0;
+/// A stayer's descriptor growth allowed after the warm-up.
+const FD_GROWTH: usize = 16;
 
 fn env_u64(name: &str, default: u64) -> u64 {
     match std::env::var(name) {
@@ -66,7 +87,11 @@ fn seeded_nemesis_rounds_break_no_rule() {
     let seconds = env_u64("LEASEHOLD_CHAOS_SECONDS", 60);
     let workers = env_u64("LEASEHOLD_CHAOS_WORKERS", 4) as usize;
     let shards = env_u64("LEASEHOLD_CHAOS_SHARDS", 8) as i32;
-    eprintln!("chaos: seed {seed}, {rounds} round(s) of {seconds} s, {workers} workers, {shards} shards");
+    let soak = env_u64("LEASEHOLD_CHAOS_SOAK", 0) != 0;
+    eprintln!(
+        "chaos: seed {seed}, {rounds} round(s) of {seconds} s, {workers} workers, {shards} shards{}",
+        if soak { ", soak (1 record/s per shard, 2 stayers)" } else { "" }
+    );
     let faketime = faketime_library();
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build().expect("runtime");
     let mut seeds = SeededRng::new(seed);
@@ -74,7 +99,7 @@ fn seeded_nemesis_rounds_break_no_rule() {
         // Round 0 uses the seed itself, so a round's printed seed replays it as round 0 of a new run.
         let round_seed = if n == 0 { seed } else { seeds.next_u64() };
         eprintln!("chaos round {}/{rounds}: seed {round_seed}", n + 1);
-        let summary = runtime.block_on(round(round_seed, seconds, workers, shards, faketime.clone()));
+        let summary = runtime.block_on(round(round_seed, seconds, workers, shards, soak, faketime.clone()));
         match summary {
             Ok(summary) => eprintln!("chaos round {}/{rounds} (seed {round_seed}) passed: {summary}", n + 1),
             Err(report) => panic!("{report}"),
@@ -82,7 +107,14 @@ fn seeded_nemesis_rounds_break_no_rule() {
     }
 }
 
-async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: PathBuf) -> Result<String, String> {
+async fn round(
+    seed: u64,
+    seconds: u64,
+    workers: usize,
+    shards: i32,
+    soak: bool,
+    faketime: PathBuf,
+) -> Result<String, String> {
     let mut rng = SeededRng::new(seed);
     let kinesis = leasehold_testkit::kinesis_client().await;
     let dynamodb = leasehold_testkit::dynamodb_client().await;
@@ -94,10 +126,10 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
     } else {
         "startPosition: TRIM_HORIZON\n"
     };
-    // Small GetRecords pages: a loaded kinesalite takes about 1 s per 100 records on deep lineages, and a
-    // page that outlasts the SDK's 3 s attempt timeout is retried whole forever (reported, seed
-    // 4491231873834608077), which would stall a shard for the rest of the round.
-    let extra = format!("{extra}reader: {{idleTime: 100ms, maxRecords: 50}}\n");
+    // The default page limit (1000): a loaded kinesalite takes about 1 s per 100 records on deep
+    // lineages, and the reader shrinks a page that outlasts the SDK's 3 s attempt timeout (seed
+    // 4491231873834608077 stalled a shard for good before it did).
+    let extra = format!("{extra}reader: {{idleTime: 100ms}}\n");
     let config = common::config(&stream, Some(&table), &extra);
     let dir = std::env::temp_dir().join("leasehold-tests").join(leasehold_testkit::unique_name("chaos"));
     std::fs::create_dir_all(&dir).expect("chaos dir");
@@ -112,11 +144,21 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
         std::fs::write(file, format!("{offset}\n")).expect("skew file");
         cluster.note(format!("wall clock of slot w0 set {offset} s off"));
     }
-    for slot in &cluster.slots {
+    // The last slots (never the skewed first ones when there are enough).
+    let stayers = if soak { STAYERS.min(workers) } else { 0 };
+    for (i, slot) in cluster.slots.iter().enumerate() {
         let mut slot = slot.lock().await;
+        slot.stayer = i >= workers - stayers;
         cluster.start_worker(&mut slot, false).await;
     }
-    let producer = common::Producer::start(kinesis.clone(), &stream, KEYS, TICK);
+    let producer = if soak {
+        common::Producer::start(kinesis.clone(), &stream, shards as usize, Duration::from_secs(1))
+    } else {
+        common::Producer::start(kinesis.clone(), &stream, KEYS, TICK)
+    };
+    let sampled = usage::Samples::default();
+    let sampling_done = Arc::new(AtomicBool::new(false));
+    let sampler = usage::spawn_sampler(cluster.clone(), SAMPLE_EVERY, sampling_done.clone(), sampled.clone());
     let plan = Arc::new(nemesis::Plan {
         lease: LEASE,
         patience: PATIENCE,
@@ -159,6 +201,16 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
     cluster.note(format!("drain: {}", if drained { "every record processed" } else { "timed out" }));
     // Late repeats (a resumed worker, a late takeover) have time to show.
     tokio::time::sleep(Duration::from_secs(3)).await;
+    sampling_done.store(true, Ordering::SeqCst);
+    let _ = sampler.await;
+    let bounds = usage::Bounds {
+        rss_cap_mib: RSS_CAP_MIB,
+        fd_cap: FD_CAP,
+        rss_growth_mib: RSS_GROWTH_MIB,
+        fd_growth: FD_GROWTH,
+        warm_up: Duration::from_secs(seconds / 4),
+    };
+    let (usage, overuse) = usage::judge(&sampled, &bounds);
     for slot in &cluster.slots {
         let mut slot = slot.lock().await;
         cluster.stop_worker(&mut slot, "TERM", End::Final, PATIENCE).await;
@@ -181,6 +233,13 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
         incarnations.len(),
         verdict.skewed_writes
     );
+    // Pages shrunk after a timed-out GetRecords (a loaded or delayed Kinesis; seed 4491231873834608077).
+    let shrunk: usize =
+        incarnations.iter().map(|i| i.process.events("GetRecords timed out; asking for smaller pages").len()).sum();
+    let summary = format!("{summary}, {shrunk} GetRecords pages shrunk after a timeout; {usage}");
+    if !overuse.is_empty() {
+        return Err(format!("seed {seed}: memory or descriptors out of bounds:\n{}\n{summary}", overuse.join("\n")));
+    }
     if verdict.violations.is_empty() {
         let _ = std::fs::remove_dir_all(&dir);
         Ok(summary)

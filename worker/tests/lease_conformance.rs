@@ -123,18 +123,42 @@ async fn create_if_absent_creates_once<H: Harness>(h: &H) {
 }
 
 async fn replace_swaps_an_unchanged_row_and_revokes_its_holder<H: Harness>(h: &H) {
-    let a = h.store("a", clock());
+    let (a, b_clock) = (h.store("a", clock()), clock());
+    let b = h.store("b", b_clock.clone());
     let k = key(0);
     let seen = created(&*a, &k).await;
     let held = a.acquire(&seen).await.expect("taken");
     let held = a.checkpoint(&held, &Checkpoint::Sequence("42".into())).await.expect("checkpoint");
     let fresh = NewLease { stream_created: Some(1_700_000_000_000), ..new_lease(&k) };
-    assert!(a.replace(&seen, &fresh).await.expect_err("stale copy").is_not_held(), "refused on a changed row");
-    a.replace(&held, &fresh).await.expect("replaced");
-    let row = read(&*a, &k).await;
-    assert_eq!((row.owner.as_deref(), row.counter, row.checkpoint.clone()), (None, 0, Checkpoint::TrimHorizon));
-    assert_eq!(row.stream_created, Some(1_700_000_000_000));
+    assert!(b.replace(&seen, &fresh).await.expect_err("stale copy").is_not_held(), "refused on a changed row");
+    let former = read(&*b, &k).await;
+    b.replace(&former, &fresh).await.expect("replaced");
+    let row = read(&*b, &k).await;
+    assert_eq!(
+        (row.checkpoint.clone(), row.stream_created, row.counter),
+        (Checkpoint::TrimHorizon, Some(1_700_000_000_000), held.counter + 1)
+    );
+    // The former holder stays the owner: nobody else takes the row before it has been silent for a lease.
+    assert_eq!((row.owner.as_deref(), row.expiry_ms), (Some("a"), held.expiry_ms), "owner and expiry kept");
     assert!(a.renew(&held).await.expect_err("the old holder").is_not_held(), "the holder of the old row lost it");
+    assert!(
+        a.checkpoint(&held, &Checkpoint::Sequence("43".into())).await.expect_err("no old checkpoint").is_not_held()
+    );
+    b_clock.advance(LEASE - Duration::from_millis(1));
+    assert!(matches!(b.acquire(&row).await, Err(LeaseError::HeldByOther { .. })), "a takeover waits out the lease");
+    b_clock.advance(Duration::from_millis(1));
+    let taken = b.acquire(&row).await.expect("taken after a silent lease duration");
+    assert_eq!((taken.owner.as_deref(), taken.checkpoint), (Some("b"), Checkpoint::TrimHorizon));
+    // A free row stays free when replaced, and the former holder itself may take its replaced row at once.
+    let (k2, fresh2) = (key(1), NewLease { stream_created: Some(1_700_000_000_000), ..new_lease(&key(1)) });
+    let free = created(&*a, &k2).await;
+    a.replace(&free, &fresh2).await.expect("free row replaced");
+    assert_eq!(read(&*a, &k2).await.owner, None, "a free row stays free");
+    let k3 = key(2);
+    let mine = a.acquire(&created(&*a, &k3).await).await.expect("taken");
+    a.replace(&mine, &NewLease { stream_created: Some(1_700_000_000_000), ..new_lease(&k3) }).await.expect("replaced");
+    let retaken = a.acquire(&read(&*a, &k3).await).await.expect("the owner retakes its replaced row at once");
+    assert_eq!(retaken.checkpoint, Checkpoint::TrimHorizon);
 }
 
 async fn acquire_free_row_sets_owner_expiry_and_counter<H: Harness>(h: &H) {

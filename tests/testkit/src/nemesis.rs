@@ -80,6 +80,7 @@ pub struct Faults {
     cut: AtomicBool,
     throttle_permille: AtomicU32,
     delay_ms: AtomicU64,
+    record_delay_us: AtomicU64,
 }
 
 impl Faults {
@@ -98,11 +99,19 @@ impl Faults {
         self.delay_ms.store(delay.as_millis() as u64, Ordering::SeqCst);
     }
 
+    /// Every answer is held back this long per record it carries (`Records` of a GetRecords answer):
+    /// a page's size sets its latency, as on a loaded Kinesis, so a big page can outlast a client's
+    /// attempt timeout where a small one does not.
+    pub fn set_record_delay(&self, per_record: Duration) {
+        self.record_delay_us.store(per_record.as_micros() as u64, Ordering::SeqCst);
+    }
+
     /// No faults.
     pub fn heal(&self) {
         self.set_cut(false);
         self.set_throttle_permille(0);
         self.set_delay(Duration::ZERO);
+        self.set_record_delay(Duration::ZERO);
     }
 }
 
@@ -234,6 +243,14 @@ async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Respons
             match body.collect().await {
                 Ok(collected) => {
                     let bytes = collected.to_bytes();
+                    let per_record = shared.faults.record_delay_us.load(Ordering::SeqCst);
+                    if per_record > 0 && operation == "GetRecords" {
+                        let records = serde_json::from_slice::<serde_json::Value>(&bytes)
+                            .ok()
+                            .and_then(|v| v.get("Records").and_then(|r| r.as_array()).map(Vec::len))
+                            .unwrap_or(0) as u64;
+                        tokio::time::sleep(Duration::from_micros(per_record * records)).await;
+                    }
                     let answered = Instant::now();
                     if let (Some(log), Some(request)) = (&shared.log, request_body)
                         && parts.status == StatusCode::OK

@@ -168,12 +168,15 @@ impl Coordinator {
             tracing::debug!(?report, "shard sync");
             self.next_sync = now + self.settings.shard_sync_interval;
         }
-        // A row that shows another owner means our lease is gone, whatever the renewer has seen so far.
+        // A row that shows another owner means our lease is gone, whatever the renewer has seen so far;
+        // so does a row replaced for a new incarnation of its stream (its owner kept until our next write).
         for lease in &page.leases {
-            if let Some(running) = self.running.get(&lease.key)
-                && !lease.is_held_by(self.owner())
-            {
-                running.held.mark_lost("the table shows another owner");
+            if let Some(running) = self.running.get(&lease.key) {
+                if !lease.is_held_by(self.owner()) {
+                    running.held.mark_lost("the table shows another owner");
+                } else if lease.stream_created != running.held.stream_created() {
+                    running.held.mark_lost("the row was replaced for a new incarnation of its stream");
+                }
             }
         }
         let timeout = self.settings.handoff_timeout;

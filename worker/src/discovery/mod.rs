@@ -9,7 +9,7 @@ use std::time::Duration;
 use regex::Regex;
 use tokio::time::Instant;
 
-use crate::kinesis::{Kinesis, KinesisError, ShardInfo};
+use crate::kinesis::{Kinesis, KinesisError, ShardInfo, StreamState};
 use crate::lease::{Checkpoint, Lease, LeaseKey, LeaseStore};
 pub use plan::{SyncPlan, parents_done, plan};
 
@@ -69,12 +69,12 @@ impl ShardSync {
     }
 
     /// Describes `stream`, remembering its creation time (forgotten when it cannot be described).
-    async fn describe(&self, stream: &str) -> Result<i64, KinesisError> {
+    async fn describe(&self, stream: &str) -> Result<StreamState, KinesisError> {
         let described = self.kinesis.stream_created(stream).await;
         let mut known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
         match &described {
-            Ok(created) => {
-                known.insert(stream.to_string(), (*created, Instant::now()));
+            Ok(state) => {
+                known.insert(stream.to_string(), (state.created, Instant::now()));
             }
             // Forgotten on any failure: never judged (or stamped) against a creation time that may be stale.
             Err(_) => {
@@ -94,7 +94,7 @@ impl ShardSync {
             return Incarnation::Known(created);
         }
         match self.describe(stream).await {
-            Ok(created) => Incarnation::Known(created),
+            Ok(state) => Incarnation::Known(state.created),
             Err(KinesisError::StreamNotFound { .. }) => Incarnation::Gone,
             Err(_) => Incarnation::Unknown,
         }
@@ -155,7 +155,14 @@ impl ShardSync {
         for stream in streams {
             // Described first, so rows are stamped (and others judged) against the stream as listed.
             match self.describe(&stream).await {
-                Ok(_) => {}
+                Ok(state) if state.listable => {}
+                Ok(_) => {
+                    // Being created (or deleted): its listing is not the stream's shards yet, and would
+                    // have the former incarnation's rows deleted rather than replaced.
+                    tracing::info!(stream, "stream not active; synced at the next sync");
+                    report.failed.push((stream, "stream not active".into()));
+                    continue;
+                }
                 Err(e @ KinesisError::StreamNotFound { .. }) => {
                     tracing::warn!(stream, error = %e, "cannot list shards; will retry at the next sync");
                     report.failed.push((stream, e.to_string()));

@@ -74,7 +74,7 @@ impl DispatchSettings {
 pub struct Halted;
 
 /// Decides, just before each record starts, whether the lease may still be used.
-pub type Gate = Box<dyn Fn() -> bool + Send + Sync>;
+pub type Gate = Arc<dyn Fn() -> bool + Send + Sync>;
 
 struct Admitted {
     ordinal: u64,
@@ -88,6 +88,8 @@ struct Finished {
     key: u64,
     outcome: Outcome,
     covers: Checkpoint,
+    /// The gate was closed when the record's processing was about to begin: it did not run.
+    halted: bool,
 }
 
 /// Runs one shard's records under its ordering, concurrency and window.
@@ -214,6 +216,9 @@ impl Dispatcher {
     }
 
     fn finished(&mut self, done: Finished) -> Result<(), Halted> {
+        if done.halted {
+            return Err(Halted);
+        }
         let is_done = done.outcome.is_done();
         if is_done {
             self.marks.complete(done.ordinal, done.covers);
@@ -258,9 +263,17 @@ impl Dispatcher {
             let runner = self.runner.clone();
             let processor = self.processor.clone();
             let stop = self.stop.clone();
+            let gate = self.gate.clone();
             self.in_flight.push(Box::pin(async move {
+                // First polled when the reader next drives its records, which can be much later (a
+                // call to Kinesis or DynamoDB in between, a process stopped and resumed): the gate is
+                // asked again just before the processor runs, so nothing begins past the deadline.
+                if !gate() {
+                    let (outcome, halted) = (Outcome::Abandoned, true);
+                    return Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted };
+                }
                 let outcome = runner.run(processor.as_ref(), &next.record, &stop).await;
-                Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers }
+                Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted: false }
             }));
         }
         Ok(())

@@ -74,7 +74,7 @@ fn dispatcher(ordering: Ordering, concurrency: usize, probe: Arc<Probe>) -> (Dis
     let stop = CancellationToken::new();
     let runner = Arc::new(Runner::new(Arc::default()));
     let settings = DispatchSettings { ordering, concurrency };
-    (Dispatcher::new(settings, runner, probe, stop.clone(), Box::new(|| true)), stop)
+    (Dispatcher::new(settings, runner, probe, stop.clone(), Arc::new(|| true)), stop)
 }
 
 /// Admits every record as the shard reader does (waiting for room), then waits for all to end.
@@ -179,14 +179,38 @@ async fn a_closed_gate_starts_nothing_more() {
         runner,
         probe.clone(),
         CancellationToken::new(),
-        Box::new(move || gate_open.load(AtomicOrdering::SeqCst)),
+        Arc::new(move || gate_open.load(AtomicOrdering::SeqCst)),
     );
     d.push_plain(record(0, "a")).unwrap();
     d.push_plain(record(1, "a")).unwrap();
+    assert_eq!(d.step().await, Ok(true), "record 0 ran, and record 1 of its key was let in");
     open.store(false, AtomicOrdering::SeqCst);
     assert_eq!(d.push_plain(record(2, "b")), Err(Halted), "a new record may not start");
     assert_eq!(d.step().await, Err(Halted), "nor the next of key a");
     assert_eq!(*probe.finished.lock().unwrap(), vec![0]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_closed_gate_starts_nothing_more_even_if_admitted_before() {
+    let probe = Arc::new(Probe::default());
+    let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let gate_open = open.clone();
+    let runner = Arc::new(Runner::new(Arc::default()));
+    let settings = DispatchSettings { ordering: Ordering::Key, concurrency: 2 };
+    let mut d = Dispatcher::new(
+        settings,
+        runner,
+        probe.clone(),
+        CancellationToken::new(),
+        Arc::new(move || gate_open.load(AtomicOrdering::SeqCst)),
+    );
+    // Admitted while the lease was valid, but not yet run when the deadline passed (a process stopped
+    // in between): the processor is not called.
+    d.push_plain(record(0, "a")).unwrap();
+    open.store(false, AtomicOrdering::SeqCst);
+    assert_eq!(d.push_plain(record(1, "b")), Err(Halted), "a new record may not start");
+    assert_eq!(d.step().await, Err(Halted), "nor one admitted before the deadline");
+    assert!(probe.finished.lock().unwrap().is_empty(), "nothing ran past the deadline");
 }
 
 #[tokio::test(start_paused = true)]

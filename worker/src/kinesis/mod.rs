@@ -44,7 +44,11 @@ pub enum KinesisError {
     /// replaced less than 5 s ago), or a consumer being registered. Retry with backoff.
     #[error("kinesis resource in use: {0}")]
     ResourceInUse(String),
-    /// Timed out or failed in transport; retry.
+    /// The call did not complete within the SDK's attempt timeout; retry (a GetRecords with a smaller
+    /// page).
+    #[error("kinesis request failed in transport: request timed out")]
+    TimedOut,
+    /// Failed in transport; retry.
     #[error("kinesis request failed in transport: {0}")]
     Transport(String),
     /// Any other service error.
@@ -64,6 +68,7 @@ impl KinesisError {
     pub fn is_retryable(&self) -> bool {
         match self {
             KinesisError::Throttled(_)
+            | KinesisError::TimedOut
             | KinesisError::Transport(_)
             | KinesisError::ExpiredIterator
             | KinesisError::ResourceInUse(_) => true,
@@ -81,7 +86,7 @@ impl KinesisError {
             return KinesisError::Throttled(error.message().unwrap_or("throttled").to_string());
         }
         match fault {
-            Fault::Timeout => KinesisError::Transport("request timed out".into()),
+            Fault::Timeout => KinesisError::TimedOut,
             Fault::Transport(message) => KinesisError::Transport(message),
             Fault::Service { code, message, server_error } => match code.as_str() {
                 "ResourceNotFoundException" => KinesisError::StreamNotFound { stream: stream.into(), message },
@@ -91,6 +96,15 @@ impl KinesisError {
             },
         }
     }
+}
+
+/// A stream as described: its incarnation and whether its shards can be listed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamState {
+    /// When the stream was created, epoch ms.
+    pub created: i64,
+    /// ACTIVE or UPDATING: a listing of its shards is complete.
+    pub listable: bool,
 }
 
 /// One shard as listed.
@@ -209,14 +223,25 @@ impl Kinesis {
         Ok(out.stream_description_summary)
     }
 
-    /// When `stream` was created, epoch ms: what tells one incarnation of a stream name from the next.
-    pub async fn stream_created(&self, stream: &str) -> Result<i64> {
-        let created = self.stream_summary(stream).await?.map(|s| s.stream_creation_timestamp);
-        created.and_then(|t| t.to_millis().ok()).ok_or_else(|| KinesisError::Service {
+    /// When `stream` was created, epoch ms (what tells one incarnation of a stream name from the next),
+    /// and whether its shards can be listed yet.
+    pub async fn stream_created(&self, stream: &str) -> Result<StreamState> {
+        let summary = self.stream_summary(stream).await?;
+        // A stream being created lists no shards yet (kinesalite lists none at all): a sync must not
+        // conclude from that listing that the former incarnation's shards are gone.
+        let listable = summary.as_ref().is_some_and(|s| {
+            matches!(
+                s.stream_status,
+                aws_sdk_kinesis::types::StreamStatus::Active | aws_sdk_kinesis::types::StreamStatus::Updating
+            )
+        });
+        let created = summary.map(|s| s.stream_creation_timestamp);
+        let created = created.and_then(|t| t.to_millis().ok()).ok_or_else(|| KinesisError::Service {
             code: "NoCreationTimestamp".into(),
             message: format!("DescribeStreamSummary of {stream} gave no StreamCreationTimestamp"),
             retryable: true,
-        })
+        })?;
+        Ok(StreamState { created, listable })
     }
 
     /// Every shard of `stream` (open and closed but retained), following NextToken paging.
@@ -304,6 +329,13 @@ impl Kinesis {
             .set_stream_arn(self.address(stream).1)
             .shard_iterator(iterator)
             .limit(limit)
+            .customize()
+            // One attempt: the reader retries with its own backoff, and a timed-out page is asked for
+            // again smaller at once rather than after the SDK's three attempts of the same size.
+            .config_override(
+                aws_sdk_kinesis::config::Builder::default()
+                    .retry_config(aws_sdk_kinesis::config::retry::RetryConfig::disabled()),
+            )
             .send()
             .await
             .map_err(|e| KinesisError::from_sdk(e, stream))?;

@@ -19,6 +19,7 @@ pub struct HeldLease {
     lost: CancellationToken,
     duration: Duration,
     progress: Mutex<Checkpoint>,
+    stream_created: Option<i64>,
 }
 
 impl std::fmt::Debug for HeldLease {
@@ -33,6 +34,7 @@ impl HeldLease {
         let duration = store.settings().duration;
         let progress = Mutex::new(lease.checkpoint.clone());
         Self {
+            stream_created: lease.stream_created,
             store,
             progress,
             key: lease.key.clone(),
@@ -46,6 +48,11 @@ impl HeldLease {
     /// The row's key.
     pub fn key(&self) -> &LeaseKey {
         &self.key
+    }
+
+    /// The creation time (epoch ms) of the stream incarnation the row was about when taken, if stamped.
+    pub fn stream_created(&self) -> Option<i64> {
+        self.stream_created
     }
 
     /// Cancelled once the lease is lost.

@@ -11,8 +11,8 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, decode_row, encode_new, member_key,
-    member_row_key, put_checkpoint, raw_key,
+    AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, decode_row, encode_new,
+    encode_replacement, member_key, member_row_key, put_checkpoint, raw_key,
 };
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
@@ -122,7 +122,7 @@ impl LeaseStore for MemoryLeaseStore {
         if !unchanged || new.key != seen.key {
             return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "replace" });
         }
-        rows.insert(key, encode_new(new));
+        rows.insert(key, encode_replacement(seen, new));
         self.observer.forget(&seen.key);
         Ok(())
     }

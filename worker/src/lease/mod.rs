@@ -110,9 +110,11 @@ pub trait LeaseStore: Send + Sync {
     /// counter, only if the row is unchanged since `seen` and carries no other request.
     async fn request_handoff(&self, seen: &Lease) -> Result<Lease>;
 
-    /// Replaces a row with a fresh one (`new`, counter 0, no owner), only if it is unchanged since
-    /// `seen` was read: a row of a former incarnation of its stream, swapped in one write so the shard
-    /// is never without a row. A holder of the old row loses it at its next write.
+    /// Replaces a row with a fresh one (`new`'s checkpoint, parents and stamp; counter + 1; owner and
+    /// expiry kept), only if it is unchanged since `seen` was read: a row of a former incarnation of its
+    /// stream, swapped in one write so the shard is never without a row. A holder of the old row loses
+    /// it at its next write; anyone else takes it only after seeing the counter unchanged for a lease
+    /// duration, so a former holder still reading never overlaps with the next one.
     async fn replace(&self, seen: &Lease, new: &NewLease) -> Result<()>;
 
     /// Deletes a row (cleanup of finished shards), only if it is unchanged since `seen` was read.

@@ -244,6 +244,22 @@ pub fn encode_new(lease: &NewLease) -> Attributes {
     attrs
 }
 
+/// The attributes of `new` replacing the row `seen` (a former incarnation's): the counter moves on and the
+/// owner and expiry stay, so the former holder's next write is refused while anyone else takes the row
+/// only once it has seen that counter unchanged for a lease duration, as for any expired lease. A free
+/// row stays free.
+pub fn encode_replacement(seen: &Lease, new: &NewLease) -> Attributes {
+    let mut attrs = encode_new(new);
+    attrs.insert(attr::LEASE_COUNTER.into(), AttrValue::N((seen.counter + 1).to_string()));
+    if let Some(owner) = &seen.owner {
+        attrs.insert(attr::LEASE_OWNER.into(), AttrValue::S(owner.clone()));
+    }
+    if let Some(expiry) = seen.expiry_ms {
+        attrs.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
+    }
+    attrs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -94,6 +94,18 @@ impl ShardReader {
                     None => return Ok(ShardExit::Ended),
                 },
             };
+            // As before a polling iterator: never read a recreated stream under the former one's lease.
+            match self.check_incarnation(d, &stream, cursor).await? {
+                Ok(None) => {}
+                Ok(Some(exit)) => return Ok(exit),
+                Err(e) => {
+                    let delay = failures.next().unwrap_or(Duration::from_secs(2));
+                    tracing::debug!(shard = %key, error = %e, ?delay, "cannot describe the stream before subscribing; retrying");
+                    let until = (Instant::now() + delay).min(down_since + self.settings.resubscribe_limit);
+                    self.drive(d, self.wait(Some(until))).await?;
+                    continue;
+                }
+            }
             let mut subscription = match self.drive(d, self.kinesis.subscribe(&stream, &shard, &from)).await? {
                 Ok(subscription) => subscription,
                 Err(KinesisError::StreamNotFound { .. }) => return self.stream_gone(d, cursor, &stream).await,

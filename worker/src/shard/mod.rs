@@ -20,7 +20,7 @@ use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
 use crate::processor::{Record, ShardProcessor};
-use pace::Pace;
+use pace::{Pace, PageLimit};
 use unpack::Unpacker;
 
 pub use lifecycle::run_shard;
@@ -28,7 +28,7 @@ pub use lifecycle::run_shard;
 /// How a shard is read.
 #[derive(Debug, Clone)]
 pub struct ReaderSettings {
-    /// Records per GetRecords call.
+    /// Records per GetRecords call at most (fewer for a while after a call timed out).
     pub max_records: i32,
     /// Pause after a call that returned nothing.
     pub idle_time: Duration,
@@ -188,7 +188,7 @@ impl ShardReader {
         let held = self.held.clone();
         // After a pause (a stopped process, a starved runtime) the deadline may have passed before the
         // renewer noticed: no record starts past it.
-        let gate: Gate = Box::new(move || held.is_valid());
+        let gate: Gate = Arc::new(move || held.is_valid());
         let mut dispatcher = Dispatcher::new(
             self.settings.dispatch,
             self.runner.clone(),
@@ -213,8 +213,10 @@ impl ShardReader {
         let key = self.held.key().clone();
         let stream: Arc<str> = Arc::from(key.stream());
         let shard: Arc<str> = Arc::from(key.shard_id());
+        let shard_label = key.to_string();
         let mut iterator: Option<String> = None;
         let mut pace = Pace::new(self.settings.min_call_gap);
+        let mut page = PageLimit::new(self.settings.max_records);
         let mut unpacker = self.unpacker(cursor);
         let mut failures = read_backoff();
         loop {
@@ -228,6 +230,14 @@ impl ShardReader {
                 Some(current) => current,
                 None => {
                     let Some(from) = start_at(&cursor.fetched) else { return Ok(ShardExit::Ended) };
+                    match self.check_incarnation(d, &stream, cursor).await? {
+                        Ok(None) => {}
+                        Ok(Some(exit)) => return Ok(exit),
+                        Err(e) => match self.read_failed(d, e, &mut failures, cursor).await? {
+                            Step::Continue => continue,
+                            Step::Exit(exit) => return Ok(exit),
+                        },
+                    }
                     match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
                         Ok(Some(it)) => it,
                         Ok(None) => return self.finish(d, cursor).await,
@@ -243,10 +253,26 @@ impl ShardReader {
                 continue;
             }
             pace.called();
-            let batch =
-                self.drive(d, self.kinesis.get_records(&stream, &shard, &current, self.settings.max_records)).await?;
+            let batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, page.get())).await?;
             let batch = match batch {
-                Ok(batch) => batch,
+                Ok(batch) => {
+                    if page.succeeded() {
+                        self.runner.metrics().page_limit(&shard_label, page.get());
+                    }
+                    batch
+                }
+                Err(KinesisError::TimedOut) => {
+                    self.runner.metrics().get_records_timeouts.inc();
+                    if page.timed_out() {
+                        tracing::info!(shard = %key, limit = page.get(), "GetRecords timed out; asking for smaller pages");
+                        self.runner.metrics().page_limit(&shard_label, page.get());
+                    }
+                    iterator = Some(current);
+                    match self.read_failed(d, KinesisError::TimedOut, &mut failures, cursor).await? {
+                        Step::Continue => continue,
+                        Step::Exit(exit) => return Ok(exit),
+                    }
+                }
                 Err(KinesisError::ExpiredIterator) => {
                     tracing::info!(shard = %key, "shard iterator expired; getting a new one after the last record fetched");
                     continue;
@@ -321,6 +347,36 @@ impl ShardReader {
             cursor.fetched = Checkpoint::Sequence(sequence);
         }
         Ok(None)
+    }
+
+    /// Before a new iterator: the stream must still be the incarnation the lease's row is about, or a
+    /// stream deleted and recreated under its name would be read from a former incarnation's checkpoint
+    /// (or under a row the shard sync is replacing). `Ok(Some(exit))` gives the shard up; `Err` is a
+    /// failed describe to back off from. A describe refused for good (no permission) lets the iterator
+    /// be taken unchecked, as for rows without a stamp.
+    async fn check_incarnation(
+        &self,
+        d: &mut Dispatcher,
+        stream: &str,
+        cursor: &Cursor,
+    ) -> Flow<Result<Option<ShardExit>, KinesisError>> {
+        let Some(created) = self.held.stream_created() else { return Ok(Ok(None)) };
+        match self.drive(d, self.kinesis.stream_created(stream)).await? {
+            Ok(state) if state.created == created => Ok(Ok(None)),
+            Ok(state) => {
+                let now = state.created;
+                tracing::warn!(shard = %self.held.key(), row = created, stream = now,
+                    "the stream was recreated since the lease was taken; giving the shard up");
+                self.drain(d).await?;
+                let reason = format!("stream recreated (created {now}, the row is about {created})");
+                Ok(Ok(Some(ShardExit::Failed { reason, last: cursor.position(d) })))
+            }
+            Err(e) if e.is_retryable() || matches!(e, KinesisError::StreamNotFound { .. }) => Ok(Err(e)),
+            Err(e) => {
+                tracing::debug!(shard = %self.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
+                Ok(Ok(None))
+            }
+        }
     }
 
     /// Runs `work` while records keep running and finishing; stops at once if the lease is lost.

@@ -267,7 +267,7 @@ pub fn check(
     for (key, list) in &by_key {
         check_holders(key, list, &by_id, rules, &mut verdict);
     }
-    check_deadlines(seen, &by_key, rules, &mut verdict);
+    check_deadlines(seen, &by_key, &by_id, rules, &mut verdict);
     check_order(seen, &by_key, rules, &mut verdict);
     check_repeats(seen, &by_key, &by_id, rules, &mut verdict);
     check_exits(incarnations, &mut verdict);
@@ -385,8 +385,18 @@ fn writes_of<'a>(by_key: &'a BTreeMap<&str, Vec<&Write>>, key: &str, by: &str) -
 }
 
 /// No record processed after the processing worker's lease deadline (its last acquire or renewal
-/// before the record, plus a lease, plus the margin), nor after it released the lease.
-fn check_deadlines(seen: &[Seen], by_key: &BTreeMap<&str, Vec<&Write>>, rules: &Rules, verdict: &mut Verdict) {
+/// before the record, plus a lease, plus the margin), nor after it released the lease. One exception:
+/// a line that comes out within the margin of a SIGCONT, when the SIGSTOP came before the deadline. A
+/// process frozen mid-record finishes that step when it resumes (between the deadline check before a
+/// processor call and the processor's write, however short, a stop can land); every later record is
+/// judged as usual.
+fn check_deadlines(
+    seen: &[Seen],
+    by_key: &BTreeMap<&str, Vec<&Write>>,
+    by_id: &HashMap<&str, &Facts>,
+    rules: &Rules,
+    verdict: &mut Verdict,
+) {
     let mut cache: HashMap<(String, String), Vec<&Write>> = HashMap::new();
     let mut reported: HashSet<(String, String)> = HashSet::new();
     for s in seen {
@@ -397,7 +407,13 @@ fn check_deadlines(seen: &[Seen], by_key: &BTreeMap<&str, Vec<&Write>>, rules: &
         let problem = match last_renewal {
             None => Some("without ever holding its lease".to_string()),
             Some(r) if t > r.arrived + rules.lease + rules.margin => {
-                Some(format!("{:?} after its lease deadline", t - (r.arrived + rules.lease)))
+                let deadline = r.arrived + rules.lease;
+                let frozen_over_it = by_id.get(s.by.as_str()).is_some_and(|facts| {
+                    facts.faults.iter().any(|(from, to, what)| {
+                        what == "SIGSTOP" && *from <= deadline + rules.margin && t <= *to + rules.margin
+                    })
+                });
+                (!frozen_over_it).then(|| format!("{:?} after its lease deadline", t - deadline))
             }
             Some(r) => mine
                 .iter()
@@ -735,6 +751,11 @@ mod tests {
             self.seen.push(Seen { by: by.into(), delivery });
         }
 
+        fn stopped(&mut self, by: &str, from: u64, to: u64) {
+            let (from, to) = (self.t(from), self.t(to));
+            self.facts.iter_mut().find(|f| f.id == by).expect("incarnation").faults.push((from, to, "SIGSTOP".into()));
+        }
+
         fn fault(&mut self, by: &str, from: u64, to: u64) {
             let (from, to) = (self.t(from), self.t(to));
             self.facts.iter_mut().find(|f| f.id == by).expect("incarnation").faults.push((from, to, "SIGKILL".into()));
@@ -845,6 +866,22 @@ mod tests {
         h.acquire("b", 300, "100");
         h.deliver("b", 400, 1);
         assert_eq!(h.rules_broken(2), Vec::<&str>::new());
+    }
+
+    #[test]
+    fn a_record_finished_right_after_a_sigcont_is_excused_and_later_ones_are_not() {
+        let mut h = History::new();
+        h.acquire("a", 0, "TRIM_HORIZON");
+        h.stopped("a", 1000, 4000);
+        h.deliver("a", 4100, 0);
+        assert_eq!(h.rules_broken(1), Vec::<&str>::new(), "the step it was frozen in");
+        h.deliver("a", 4500, 1);
+        assert_eq!(h.rules_broken(2), vec!["nothing processed after the deadline"], "past the margin after SIGCONT");
+        let mut late = History::new();
+        late.acquire("a", 0, "TRIM_HORIZON");
+        late.stopped("a", 2500, 4000);
+        late.deliver("a", 4100, 0);
+        assert_eq!(late.rules_broken(1), vec!["nothing processed after the deadline"], "stopped after its deadline");
     }
 
     #[test]

@@ -53,6 +53,9 @@ pub struct Slot {
     pub kinesis: ChaosProxy,
     /// The file libfaketime reads the clock offset from, for slots whose workers run under it.
     pub skew_file: Option<PathBuf>,
+    /// A soak's long-lived slot: the nemesis never kills, stops or terminates its worker (every other
+    /// fault still reaches it), so its memory and descriptors are watched over the whole run.
+    pub stayer: bool,
 }
 
 /// A whole round's state shared by the nemesis, the producer and the checker.
@@ -102,6 +105,7 @@ impl Cluster {
                 current: None,
                 kinesis,
                 skew_file,
+                stayer: false,
             }));
         }
         Self {

@@ -14,7 +14,9 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
-use super::row::{Lease, Member, NewLease, attr, decode, decode_row, encode_new, member_key, member_row_key};
+use super::row::{
+    Lease, Member, NewLease, attr, decode, decode_row, encode_new, encode_replacement, member_key, member_row_key,
+};
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
 use convert::{from_item, to_item};
@@ -151,7 +153,7 @@ impl LeaseStore for DynamoLeaseStore {
         self.client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(to_item(&encode_new(new))))
+            .set_item(Some(to_item(&encode_replacement(seen, new))))
             .condition_expression("lease_counter = :counter")
             .expression_attribute_values(":counter", AttributeValue::N(seen.counter.to_string()))
             .send()

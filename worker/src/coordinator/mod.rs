@@ -103,6 +103,8 @@ pub struct Coordinator {
     free_since: HashMap<LeaseKey, (u64, Instant)>,
     /// `scan: segmented`: the discovery term, while this worker holds it.
     term: Option<Arc<HeldLease>>,
+    /// `scan: segmented`: the segments this worker read last (of how many), logged when they change.
+    reading: (u32, Vec<u32>),
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -150,6 +152,7 @@ impl Coordinator {
             last_whole: Instant::now(),
             free_since: HashMap::new(),
             term: None,
+            reading: (0, Vec::new()),
         }
     }
 
@@ -294,7 +297,19 @@ impl Coordinator {
             }
         }
         for lease in moves.ask {
-            match self.store.request_handoff(&lease).await {
+            let mut placed = self.store.request_handoff(&lease).await;
+            if segmented && matches!(placed, Err(LeaseError::ConditionFailed { .. })) {
+                // The holder renewed since the whole read (likely on a large table): read the row
+                // again and ask once more if it is still the holder's and nobody else asked, rather
+                // than wait a renew interval for the next whole read.
+                if let Ok(Some(now)) = self.store.get(&lease.key).await
+                    && now.owner == lease.owner
+                    && now.handoff_to.is_none()
+                {
+                    placed = self.store.request_handoff(&now).await;
+                }
+            }
+            match placed {
                 Ok(_) => {
                     tracing::info!(shard = %lease.key, holder = lease.owner.as_deref().unwrap_or("-"), "asked for a handoff");
                     self.requested.insert(lease.key.clone(), Instant::now());

@@ -78,8 +78,13 @@ impl Coordinator {
         {
             let members = view.live(self.owner());
             let total = segment_count(view.rows(), members.len(), rows_per_segment);
+            let mine = watched(&members, total, self.owner());
+            if self.reading != (total, mine.clone()) {
+                tracing::info!(total, segments = ?mine, workers = members.len(), "reading segments of the lease table");
+                self.reading = (total, mine.clone());
+            }
             let mut page = LeasePage::default();
-            for segment in watched(&members, total, self.owner()) {
+            for segment in mine {
                 page.absorb(self.store.list_segment(segment, total).await?);
             }
             let read: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();

@@ -1,0 +1,199 @@
+//! `lease.scan: segmented` (the default) with the table split into several segments (`segmentRows`
+//! small), so each worker reads only part of it: a dead worker's shards are still taken within a
+//! lease duration and a second, a joiner gets its share within 10 s, and the shard list is synced by
+//! one worker, whose loss another takes over.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::*;
+use leasehold_testkit::kinesis::split;
+use leasehold_testkit::process::{WorkerProcess, wait_for};
+
+const LEASE: Duration = Duration::from_secs(2);
+
+/// Rows per segment: with 16 shards, 4 workers and the term row, 4 segments, each read by 2 workers.
+const SEGMENTED: &str = "startPosition: TRIM_HORIZON\n";
+
+fn segmented_config(emulator: Emulator, stream: &str, table: &str, timing: &str) -> String {
+    let timing = timing.replace('}', ", scan: segmented, segmentRows: 4}");
+    emulator.config_with_timing(stream, Some(table), &timing, SEGMENTED)
+}
+
+/// The number of segments `worker` last logged reading, and which.
+fn reading(worker: &WorkerProcess) -> Option<(u64, String)> {
+    worker.logs().into_iter().rev().find_map(|(_, v)| {
+        (v.get("message")?.as_str()? == "reading segments of the lease table")
+            .then(|| Some((v.get("total")?.as_u64()?, v.get("segments")?.to_string())))
+            .flatten()
+    })
+}
+
+/// [`wait_for`], printing every worker's log lines about leases and segments when it times out.
+fn wait_or_show(workers: &[&WorkerProcess], what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if condition() {
+            return started.elapsed();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for worker in workers {
+        eprintln!("--- {} holds {:?}", worker.owner, worker.held_shards());
+        for (_, line) in worker.logs() {
+            let message = line.get("message").and_then(|m| m.as_str()).unwrap_or_default();
+            if !message.starts_with("lease row created") {
+                eprintln!("{line}");
+            }
+        }
+    }
+    panic!("timed out after {timeout:?} waiting for {what}: {:?}", spread(workers));
+}
+
+fn spread(workers: &[&WorkerProcess]) -> Vec<usize> {
+    workers.iter().map(|w| w.held_shards().len()).collect()
+}
+
+fn no_shard_twice(workers: &[&WorkerProcess]) -> bool {
+    let held: Vec<String> = workers.iter().flat_map(|w| w.held_shards()).collect();
+    held.iter().collect::<HashSet<_>>().len() == held.len()
+}
+
+async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_second(emulator: Emulator) {
+    let kinesis = emulator.client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "segkill", 16).await;
+    let table = leasehold_testkit::unique_name("segkill");
+    let config = segmented_config(emulator, &stream, &table, FAST_TIMING);
+    let mut workers: Vec<WorkerProcess> = (1..=4).map(|i| spawn(&config, &format!("segkill-{i}"))).collect();
+    let refs: Vec<&WorkerProcess> = workers.iter().collect();
+    wait_or_show(&refs, "four workers balanced", Duration::from_secs(40), || {
+        spread(&refs) == vec![4, 4, 4, 4] && no_shard_twice(&refs)
+    });
+    drop(refs);
+    // Let every worker read the group as it is now (a whole read at least every 4 scans x 4 workers).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    // 16 shards, 4 members and a term row in segments of about 4 rows: 4 segments (3 while a
+    // worker's view misses a member on a loaded machine), of which each worker reads two.
+    for worker in &workers {
+        let (total, segments) = reading(worker).expect("each worker reads segments");
+        let read = segments.matches(',').count() + 1;
+        assert!(total >= 3 && read <= 2, "{}: reads {segments} of {total} segments", worker.owner);
+    }
+    let producer = Producer::start(kinesis.clone(), &stream, 32, Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut victim = workers.remove(0);
+    let orphaned = victim.held_shards();
+    victim.signal("KILL");
+    let killed_at = Instant::now();
+    victim.wait_exit(Duration::from_secs(5)).expect("killed");
+    let survivors: Vec<&WorkerProcess> = workers.iter().collect();
+    wait_or_show(&survivors, "the survivors hold all 16", Duration::from_secs(15), || {
+        spread(&survivors).iter().sum::<usize>() == 16 && no_shard_twice(&survivors)
+    });
+    for shard in &orphaned {
+        let taken = survivors
+            .iter()
+            .filter_map(|w| event_time(w, "lease acquired", shard))
+            .max()
+            .expect("taken over")
+            .duration_since(killed_at);
+        println!("{shard}: failover {taken:?}");
+        assert!(taken <= LEASE + Duration::from_secs(1), "{shard} took {taken:?} (lease {LEASE:?} + 1 s)");
+    }
+    let written = producer.stop().await;
+    let all: Vec<&WorkerProcess> = std::iter::once(&victim).chain(workers.iter()).collect();
+    wait_for("every record delivered", Duration::from_secs(30), || distinct(&all_deliveries(&all)).len() >= written.len());
+    assert_repeats_only_from_crashes(&all_deliveries(&all), &written, &[Victim { owner: &victim.owner, crashed_before: None }]);
+    assert_per_key_order(&all);
+}
+
+async fn a_joiner_gets_its_share_within_ten_seconds(emulator: Emulator) {
+    let kinesis = emulator.client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "segjoin", 12).await;
+    let table = leasehold_testkit::unique_name("segjoin");
+    // The default lease timing (10 s, renewals every 3 s, scans every 500 ms): handoff requests reach
+    // holders in their renewals' answers, not by scans.
+    let timing = "lease: {checkpointInterval: 200ms, gracefulTimeout: 3s}\n";
+    let config = segmented_config(emulator, &stream, &table, timing);
+    let mut workers: Vec<WorkerProcess> = (1..=3).map(|i| spawn(&config, &format!("segjoin-{i}"))).collect();
+    let refs: Vec<&WorkerProcess> = workers.iter().collect();
+    wait_or_show(&refs, "three workers balanced", Duration::from_secs(60), || {
+        spread(&refs) == vec![4, 4, 4] && no_shard_twice(&refs)
+    });
+    drop(refs);
+    let producer = Producer::start(kinesis.clone(), &stream, 24, Duration::from_millis(100));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let joined_at = Instant::now();
+    workers.push(spawn(&config, "segjoin-4"));
+    let refs: Vec<&WorkerProcess> = workers.iter().collect();
+    let mut double_held = false;
+    let took = wait_or_show(&refs, "four workers hold 3 each", Duration::from_secs(10), || {
+        double_held |= !no_shard_twice(&refs);
+        spread(&refs) == vec![3, 3, 3, 3]
+    });
+    println!("joiner balanced after {took:?}");
+    assert!(!double_held, "a shard was held by two workers at once");
+    assert!(joined_at.elapsed() <= Duration::from_secs(10), "rebalance on join took {:?}", joined_at.elapsed());
+    let written = producer.stop().await;
+    wait_for("every record delivered", Duration::from_secs(30), || distinct(&all_deliveries(&refs)).len() >= written.len());
+    assert_exactly_once(&all_deliveries(&refs), &written);
+    assert_per_key_order(&refs);
+}
+
+/// Workers that logged taking the discovery term.
+fn term_holders(workers: &[&WorkerProcess]) -> Vec<String> {
+    workers
+        .iter()
+        .filter(|w| !w.events("discovery term taken: this worker lists the shards for the group").is_empty())
+        .map(|w| w.owner.clone())
+        .collect()
+}
+
+async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulator: Emulator) {
+    let kinesis = emulator.client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "segsync", 4).await;
+    let table = leasehold_testkit::unique_name("segsync");
+    let config = segmented_config(emulator, &stream, &table, FAST_TIMING);
+    let mut workers: Vec<WorkerProcess> = (1..=3).map(|i| spawn(&config, &format!("segsync-{i}"))).collect();
+    wait_for("every shard leased", Duration::from_secs(30), || {
+        workers.iter().map(|w| w.held_shards().len()).sum::<usize>() == 4
+    });
+    // Several shard sync intervals (1 s) pass: only the term's holder lists shards and writes rows.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let refs: Vec<&WorkerProcess> = workers.iter().collect();
+    let holders = term_holders(&refs);
+    assert_eq!(holders.len(), 1, "exactly one worker holds the discovery term: {holders:?}");
+    let creators: Vec<String> =
+        refs.iter().filter(|w| !w.events("lease row created").is_empty()).map(|w| w.owner.clone()).collect();
+    assert_eq!(creators, holders, "only the holder created rows");
+    let at = workers.iter().position(|w| w.owner == holders[0]).expect("holder");
+    let mut holder = workers.remove(at);
+    holder.signal("KILL");
+    let killed_at = Instant::now();
+    holder.wait_exit(Duration::from_secs(5)).expect("killed");
+    let survivors: Vec<&WorkerProcess> = workers.iter().collect();
+    let took = wait_for("another worker takes the term", Duration::from_secs(10), || term_holders(&survivors).len() == 1);
+    println!("discovery term taken over {took:?} after the holder died");
+    assert!(killed_at.elapsed() <= LEASE + Duration::from_secs(1), "term takeover took {:?}", killed_at.elapsed());
+    // The new holder syncs: a split's children get rows and are read.
+    split(&kinesis, &stream, "shardId-000000000000").await;
+    wait_for("both children leased", Duration::from_secs(20), || {
+        let held: Vec<String> = survivors.iter().flat_map(|w| w.held_shards()).collect();
+        ["shardId-000000000004", "shardId-000000000005"].iter().all(|c| held.iter().any(|h| h.ends_with(c)))
+    });
+    let new_holder = term_holders(&survivors);
+    let creators: Vec<String> = survivors
+        .iter()
+        .filter(|w| !w.events("lease row created").is_empty())
+        .map(|w| w.owner.clone())
+        .collect();
+    assert_eq!(creators, new_holder, "the children's rows were written by the new holder alone");
+}
+
+on_both_emulators!(
+    a_dead_workers_shards_are_taken_within_a_lease_and_a_second,
+    a_joiner_gets_its_share_within_ten_seconds,
+    one_worker_syncs_the_shards_and_another_takes_over_when_it_dies,
+);

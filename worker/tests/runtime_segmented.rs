@@ -32,7 +32,12 @@ fn reading(worker: &WorkerProcess) -> Option<(u64, String)> {
 }
 
 /// [`wait_for`], printing every worker's log lines about leases and segments when it times out.
-fn wait_or_show(workers: &[&WorkerProcess], what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
+fn wait_or_show(
+    workers: &[&WorkerProcess],
+    what: &str,
+    timeout: Duration,
+    mut condition: impl FnMut() -> bool,
+) -> Duration {
     let started = Instant::now();
     while started.elapsed() < timeout {
         if condition() {
@@ -104,8 +109,14 @@ async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_second(emulator: E
     }
     let written = producer.stop().await;
     let all: Vec<&WorkerProcess> = std::iter::once(&victim).chain(workers.iter()).collect();
-    wait_for("every record delivered", Duration::from_secs(30), || distinct(&all_deliveries(&all)).len() >= written.len());
-    assert_repeats_only_from_crashes(&all_deliveries(&all), &written, &[Victim { owner: &victim.owner, crashed_before: None }]);
+    wait_for("every record delivered", Duration::from_secs(30), || {
+        distinct(&all_deliveries(&all)).len() >= written.len()
+    });
+    assert_repeats_only_from_crashes(
+        &all_deliveries(&all),
+        &written,
+        &[Victim { owner: &victim.owner, crashed_before: None }],
+    );
     assert_per_key_order(&all);
 }
 
@@ -137,7 +148,9 @@ async fn a_joiner_gets_its_share_within_ten_seconds(emulator: Emulator) {
     assert!(!double_held, "a shard was held by two workers at once");
     assert!(joined_at.elapsed() <= Duration::from_secs(10), "rebalance on join took {:?}", joined_at.elapsed());
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(30), || distinct(&all_deliveries(&refs)).len() >= written.len());
+    wait_for("every record delivered", Duration::from_secs(30), || {
+        distinct(&all_deliveries(&refs)).len() >= written.len()
+    });
     assert_exactly_once(&all_deliveries(&refs), &written);
     assert_per_key_order(&refs);
 }
@@ -174,7 +187,8 @@ async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulato
     let killed_at = Instant::now();
     holder.wait_exit(Duration::from_secs(5)).expect("killed");
     let survivors: Vec<&WorkerProcess> = workers.iter().collect();
-    let took = wait_for("another worker takes the term", Duration::from_secs(10), || term_holders(&survivors).len() == 1);
+    let took =
+        wait_for("another worker takes the term", Duration::from_secs(10), || term_holders(&survivors).len() == 1);
     println!("discovery term taken over {took:?} after the holder died");
     assert!(killed_at.elapsed() <= LEASE + Duration::from_secs(1), "term takeover took {:?}", killed_at.elapsed());
     // The new holder syncs: a split's children get rows and are read.
@@ -184,11 +198,8 @@ async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulato
         ["shardId-000000000004", "shardId-000000000005"].iter().all(|c| held.iter().any(|h| h.ends_with(c)))
     });
     let new_holder = term_holders(&survivors);
-    let creators: Vec<String> = survivors
-        .iter()
-        .filter(|w| !w.events("lease row created").is_empty())
-        .map(|w| w.owner.clone())
-        .collect();
+    let creators: Vec<String> =
+        survivors.iter().filter(|w| !w.events("lease row created").is_empty()).map(|w| w.owner.clone()).collect();
     assert_eq!(creators, new_holder, "the children's rows were written by the new holder alone");
 }
 

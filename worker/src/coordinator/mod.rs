@@ -105,6 +105,8 @@ pub struct Coordinator {
     term: Option<Arc<HeldLease>>,
     /// `scan: segmented`: the segments this worker read last (of how many), logged when they change.
     reading: (u32, Vec<u32>),
+    /// `scan: segmented`: askers of handoffs already judged on a whole read.
+    strangers: HashSet<String>,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -153,6 +155,7 @@ impl Coordinator {
             free_since: HashMap::new(),
             term: None,
             reading: (0, Vec::new()),
+            strangers: HashSet::new(),
         }
     }
 

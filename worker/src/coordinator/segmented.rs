@@ -25,8 +25,8 @@ use tokio::time::Instant;
 use super::balance::active;
 use super::segments::{segment_count, watched};
 use super::{Coordinator, Read};
-use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, term_key};
 use crate::lease::renew_until_lost;
+use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, term_key};
 
 /// The name of the shard discovery's term row.
 const DISCOVERY_TERM: &str = "discovery";
@@ -107,6 +107,20 @@ impl Coordinator {
             tracing::debug!("the group changed: reading the whole table");
         }
         let page = self.store.list_segment(0, 1).await?;
+        // Askers this read is about to judge: a request from one of them that the whole table does not
+        // show (it left, or its row was removed) calls for no further whole read.
+        if self.strangers.len() > 1_000 {
+            self.strangers.clear();
+        }
+        let askers: Vec<String> = self
+            .running
+            .values()
+            .filter_map(|r| r.held.latest().handoff_to)
+            .chain(
+                page.leases.iter().filter(|l| self.running.contains_key(&l.key)).filter_map(|l| l.handoff_to.clone()),
+            )
+            .collect();
+        self.strangers.extend(askers);
         let mut view = TableView::default();
         view.merge(&page);
         let workers = u32::try_from(view.live(self.owner()).len()).unwrap_or(u32::MAX);
@@ -140,13 +154,15 @@ impl Coordinator {
             None => member.owner != me,
             Some(before) => before.alive != member.alive,
         });
+        // A request from a worker the view does not know (it joined since the last whole read): read
+        // the group to judge it. A request from a worker known dead is ignored, as `plan` does.
         let strangers = page
             .leases
             .iter()
             .filter(|lease| self.running.contains_key(&lease.key))
             .filter_map(|lease| lease.handoff_to.clone())
             .chain(self.running.values().filter_map(|r| r.held.latest().handoff_to))
-            .any(|asker| !alive(&asker));
+            .any(|asker| !alive(&asker) && !view.members.contains_key(&asker) && !self.strangers.contains(&asker));
         rows || members || strangers
     }
 
@@ -201,8 +217,7 @@ impl Coordinator {
             orphans.push(lease);
         }
         let view = self.view.as_ref();
-        self.free_since
-            .retain(|key, _| view.and_then(|v| v.leases.get(key)).is_some_and(|l| l.owner.is_none()));
+        self.free_since.retain(|key, _| view.and_then(|v| v.leases.get(key)).is_some_and(|l| l.owner.is_none()));
         orphans
     }
 
@@ -255,8 +270,12 @@ impl Coordinator {
         let row = match page.terms.iter().find(|t| t.key == key) {
             Some(row) => row.clone(),
             None if whole => {
-                let new =
-                    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![], stream_created: None };
+                let new = NewLease {
+                    key: key.clone(),
+                    checkpoint: Checkpoint::TrimHorizon,
+                    parent_shard_ids: vec![],
+                    stream_created: None,
+                };
                 if let Err(e) = self.store.create_if_absent(&new).await {
                     tracing::debug!(error = %e, "discovery term row not created");
                     return;
@@ -271,7 +290,10 @@ impl Coordinator {
         let sent = Instant::now();
         match self.store.acquire(&row).await {
             Ok(acquired) => {
-                tracing::info!(counter = acquired.counter, "discovery term taken: this worker lists the shards for the group");
+                tracing::info!(
+                    counter = acquired.counter,
+                    "discovery term taken: this worker lists the shards for the group"
+                );
                 let held = Arc::new(HeldLease::new(self.store.clone(), acquired, sent));
                 let metrics = self.metrics().clone();
                 tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, move || {

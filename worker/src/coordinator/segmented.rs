@@ -83,17 +83,29 @@ impl Coordinator {
                 tracing::info!(total, segments = ?mine, workers = members.len(), "reading segments of the lease table");
                 self.reading = (total, mine.clone());
             }
+            // The segments and the rows asked for, read at once: a scan takes one round trip, as a
+            // whole read does, however many segments (a slow scan delays the membership heartbeat).
+            let store = self.store.clone();
+            let segments = futures::future::try_join_all(mine.iter().map(|&segment| {
+                let store = store.clone();
+                async move { store.list_segment(segment, total).await }
+            }));
+            // Handed over yet? One small read per pending request, instead of a scan.
+            let pending: Vec<LeaseKey> = self.requested.keys().cloned().collect();
+            let requested = futures::future::join_all(pending.iter().map(|key| {
+                let store = store.clone();
+                async move { (key, store.get(key).await) }
+            }));
+            let (segments, requested) = futures::future::join(segments, requested).await;
             let mut page = LeasePage::default();
-            for segment in mine {
-                page.absorb(self.store.list_segment(segment, total).await?);
+            for part in segments? {
+                page.absorb(part);
             }
             let read: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
-            let pending: Vec<LeaseKey> = self.requested.keys().filter(|k| !read.contains(*k)).cloned().collect();
-            for key in pending {
-                // Handed over yet? One small read while the request is pending, instead of a scan.
-                match self.store.get(&key).await {
-                    Ok(Some(lease)) => page.leases.push(lease),
-                    Ok(None) => {}
+            for (key, got) in requested {
+                match got {
+                    Ok(Some(lease)) if !read.contains(key) => page.leases.push(lease),
+                    Ok(_) => {}
                     Err(e) => tracing::debug!(shard = %key, error = %e, "requested lease not read"),
                 }
             }

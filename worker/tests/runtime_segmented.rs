@@ -14,12 +14,12 @@ use leasehold_testkit::process::{WorkerProcess, wait_for};
 
 const LEASE: Duration = Duration::from_secs(2);
 
-/// Rows per segment: with 16 shards, 4 workers and the term row, 4 segments, each read by 2 workers.
-const SEGMENTED: &str = "startPosition: TRIM_HORIZON\n";
+const START: &str = "startPosition: TRIM_HORIZON\n";
 
-fn segmented_config(emulator: Emulator, stream: &str, table: &str, timing: &str) -> String {
-    let timing = timing.replace('}', ", scan: segmented, segmentRows: 4}");
-    emulator.config_with_timing(stream, Some(table), &timing, SEGMENTED)
+/// A config with `scan: segmented` and segments of about `rows` rows.
+fn segmented_config(emulator: Emulator, stream: &str, table: &str, timing: &str, rows: usize) -> String {
+    let timing = timing.replace('}', &format!(", scan: segmented, segmentRows: {rows}}}"));
+    emulator.config_with_timing(stream, Some(table), &timing, START)
 }
 
 /// The number of segments `worker` last logged reading, and which.
@@ -68,25 +68,27 @@ fn no_shard_twice(workers: &[&WorkerProcess]) -> bool {
 
 async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_second(emulator: Emulator) {
     let kinesis = emulator.client().await;
-    let stream = leasehold_testkit::create_stream(&kinesis, "segkill", 16).await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "segkill", 8).await;
     let table = leasehold_testkit::unique_name("segkill");
-    let config = segmented_config(emulator, &stream, &table, FAST_TIMING);
+    // 8 shards, 4 members and the term row in segments of about 2 rows: 4 segments (never more than
+    // the workers), each read by 2 workers.
+    let config = segmented_config(emulator, &stream, &table, FAST_TIMING, 2);
     let mut workers: Vec<WorkerProcess> = (1..=4).map(|i| spawn(&config, &format!("segkill-{i}"))).collect();
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
     wait_or_show(&refs, "four workers balanced", Duration::from_secs(40), || {
-        spread(&refs) == vec![4, 4, 4, 4] && no_shard_twice(&refs)
+        spread(&refs) == vec![2, 2, 2, 2] && no_shard_twice(&refs)
     });
     drop(refs);
     // Let every worker read the group as it is now (a whole read at least every 4 scans x 4 workers).
     tokio::time::sleep(Duration::from_secs(5)).await;
-    // 16 shards, 4 members and a term row in segments of about 4 rows: 4 segments (3 while a
-    // worker's view misses a member on a loaded machine), of which each worker reads two.
+    // 4 segments (3 while a worker's view misses a member on a loaded machine), of which each worker
+    // reads two.
     for worker in &workers {
         let (total, segments) = reading(worker).expect("each worker reads segments");
         let read = segments.matches(',').count() + 1;
         assert!(total >= 3 && read <= 2, "{}: reads {segments} of {total} segments", worker.owner);
     }
-    let producer = Producer::start(kinesis.clone(), &stream, 32, Duration::from_millis(100));
+    let producer = Producer::start(kinesis.clone(), &stream, 16, Duration::from_millis(100));
     tokio::time::sleep(Duration::from_secs(1)).await;
     let mut victim = workers.remove(0);
     let orphaned = victim.held_shards();
@@ -94,8 +96,8 @@ async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_second(emulator: E
     let killed_at = Instant::now();
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
     let survivors: Vec<&WorkerProcess> = workers.iter().collect();
-    wait_or_show(&survivors, "the survivors hold all 16", Duration::from_secs(15), || {
-        spread(&survivors).iter().sum::<usize>() == 16 && no_shard_twice(&survivors)
+    wait_or_show(&survivors, "the survivors hold all 8", Duration::from_secs(15), || {
+        spread(&survivors).iter().sum::<usize>() == 8 && no_shard_twice(&survivors)
     });
     for shard in &orphaned {
         let taken = survivors
@@ -127,7 +129,8 @@ async fn a_joiner_gets_its_share_within_ten_seconds(emulator: Emulator) {
     // The default lease timing (10 s, renewals every 3 s, scans every 500 ms): handoff requests reach
     // holders in their renewals' answers, not by scans.
     let timing = "lease: {checkpointInterval: 200ms, gracefulTimeout: 3s}\n";
-    let config = segmented_config(emulator, &stream, &table, timing);
+    // 12 shards, 4 members and the term row in segments of about 4 rows: 4 segments.
+    let config = segmented_config(emulator, &stream, &table, timing, 4);
     let mut workers: Vec<WorkerProcess> = (1..=3).map(|i| spawn(&config, &format!("segjoin-{i}"))).collect();
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
     wait_or_show(&refs, "three workers balanced", Duration::from_secs(60), || {
@@ -168,7 +171,7 @@ async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulato
     let kinesis = emulator.client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "segsync", 4).await;
     let table = leasehold_testkit::unique_name("segsync");
-    let config = segmented_config(emulator, &stream, &table, FAST_TIMING);
+    let config = segmented_config(emulator, &stream, &table, FAST_TIMING, 2);
     let mut workers: Vec<WorkerProcess> = (1..=3).map(|i| spawn(&config, &format!("segsync-{i}"))).collect();
     wait_for("every shard leased", Duration::from_secs(30), || {
         workers.iter().map(|w| w.held_shards().len()).sum::<usize>() == 4

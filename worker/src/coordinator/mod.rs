@@ -450,6 +450,13 @@ impl Coordinator {
         // Every shard finishes its records and runs its processor's closing hook at once, all under
         // one deadline.
         let deadline = Instant::now() + self.settings.graceful_timeout;
+        // With segmented scans the others see the freed rows in their segments and read the whole
+        // table then: leaving first makes that read show the group without this worker, so the freed
+        // rows count in their shares and are taken at once rather than after a renew interval.
+        let left_first = matches!(self.settings.scan, ScanMode::Segmented { .. }) && self.settings.assigned.is_none();
+        if left_first && let Err(e) = self.store.leave().await {
+            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
+        }
         for running in self.running.values() {
             running.stop.cancel();
         }
@@ -475,6 +482,7 @@ impl Coordinator {
             }
         }
         if self.settings.assigned.is_none()
+            && !left_first
             && let Err(e) = self.store.leave().await
         {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");

@@ -105,6 +105,8 @@ pub struct Coordinator {
     term: Option<Arc<HeldLease>>,
     /// `scan: segmented`: the segments this worker read last (of how many), logged when they change.
     reading: (u32, Vec<u32>),
+    /// `scan: segmented`: segments given up (of how many), still read until the instant given.
+    handing_over: Vec<(u32, Vec<u32>, Instant)>,
     /// `scan: segmented`: askers of handoffs already judged on a whole read.
     strangers: HashSet<String>,
 }
@@ -156,6 +158,7 @@ impl Coordinator {
             term: None,
             reading: (0, Vec::new()),
             strangers: HashSet::new(),
+            handing_over: Vec::new(),
         }
     }
 

@@ -81,12 +81,25 @@ impl Coordinator {
             let mine = watched(&members, total, self.owner());
             if self.reading != (total, mine.clone()) {
                 tracing::info!(total, segments = ?mine, workers = members.len(), "reading segments of the lease table");
-                self.reading = (total, mine.clone());
+                let given_up = std::mem::replace(&mut self.reading, (total, mine.clone()));
+                if given_up.0 > 0 {
+                    // Kept being read for a lease duration: the new readers of these rows start
+                    // watching them now, and a dead worker's lease there must not wait for them.
+                    let until = now + self.store.settings().duration;
+                    self.handing_over.push((given_up.0, given_up.1, until));
+                }
             }
+            self.handing_over.retain(|(_, _, until)| now < *until);
+            let mut reads: Vec<(u32, u32)> = mine.iter().map(|&segment| (segment, total)).collect();
+            for (old_total, segments, _) in &self.handing_over {
+                reads.extend(segments.iter().map(|&segment| (segment, *old_total)));
+            }
+            reads.sort_unstable();
+            reads.dedup();
             // The segments and the rows asked for, read at once: a scan takes one round trip, as a
             // whole read does, however many segments (a slow scan delays the membership heartbeat).
             let store = self.store.clone();
-            let segments = futures::future::try_join_all(mine.iter().map(|&segment| {
+            let segments = futures::future::try_join_all(reads.iter().map(|&(segment, total)| {
                 let store = store.clone();
                 async move { store.list_segment(segment, total).await }
             }));
@@ -101,7 +114,13 @@ impl Coordinator {
             for part in segments? {
                 page.absorb(part);
             }
-            let read: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
+            // Segments of two splits overlap: each row once.
+            let mut read: HashSet<LeaseKey> = HashSet::new();
+            page.leases.retain(|l| read.insert(l.key.clone()));
+            let mut members: HashSet<String> = HashSet::new();
+            page.members.retain(|m| members.insert(m.owner.clone()));
+            let mut terms: HashSet<LeaseKey> = HashSet::new();
+            page.terms.retain(|t| terms.insert(t.key.clone()));
             for (key, got) in requested {
                 match got {
                     Ok(Some(lease)) if !read.contains(key) => page.leases.push(lease),

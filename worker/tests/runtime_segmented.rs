@@ -6,11 +6,13 @@
 mod common;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use leasehold_testkit::kinesis::split;
 use leasehold_testkit::process::{WorkerProcess, wait_for};
+use leasehold_testkit::proxy::{FaultPolicy, FaultProxy};
 
 const LEASE: Duration = Duration::from_secs(2);
 
@@ -217,7 +219,46 @@ async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulato
     assert_eq!(creators, new_holder, "the children's rows were written by the new holder alone");
 }
 
+async fn only_the_term_holder_lists_shards_and_a_throttled_listing_still_completes(emulator: Emulator) {
+    let kinesis = emulator.client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "seglist", 6).await;
+    let table = leasehold_testkit::unique_name("seglist");
+    let config = segmented_config(emulator, &stream, &table, FAST_TIMING, 2);
+    // Each worker talks to Kinesis through a proxy of its own, which counts its ListShards calls and
+    // refuses four of every five with LimitExceededException (more than the SDK's own retries absorb).
+    let upstream = leasehold_testkit::endpoint(emulator.service());
+    let mut proxies = Vec::new();
+    let mut workers = Vec::new();
+    for i in 1..=3 {
+        let policy: FaultPolicy =
+            Arc::new(|operation, n| (operation == "ListShards" && n % 5 != 4).then_some("LimitExceededException"));
+        let proxy = FaultProxy::start(&upstream, policy).await;
+        workers.push(spawn(&with_endpoint(&config, emulator.service(), &proxy.endpoint()), &format!("seglist-{i}")));
+        proxies.push(proxy);
+    }
+    let refs: Vec<&WorkerProcess> = workers.iter().collect();
+    wait_or_show(&refs, "every shard leased", Duration::from_secs(60), || {
+        spread(&refs).iter().sum::<usize>() == 6 && no_shard_twice(&refs)
+    });
+    // Several sync intervals (1 s) more.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let calls: Vec<u64> = proxies.iter().map(|p| p.counts().get("ListShards").copied().unwrap_or(0)).collect();
+    println!("ListShards calls per worker: {calls:?}");
+    let holders = term_holders(&refs);
+    assert_eq!(holders.len(), 1, "{holders:?}");
+    for (worker, calls) in workers.iter().zip(&calls) {
+        if worker.owner == holders[0] {
+            assert!(*calls >= 10, "the holder lists at every sync, throttled pages retried: {calls}");
+            let retried = worker.events("ListShards throttled; retrying the page").len();
+            assert!(retried >= 1, "a page the SDK's own retries could not get was asked again: {retried}");
+        } else {
+            assert_eq!(*calls, 0, "{} never lists shards", worker.owner);
+        }
+    }
+}
+
 on_both_emulators!(
+    only_the_term_holder_lists_shards_and_a_throttled_listing_still_completes,
     a_dead_workers_shards_are_taken_within_a_lease_and_a_second,
     a_joiner_gets_its_share_within_ten_seconds,
     one_worker_syncs_the_shards_and_another_takes_over_when_it_dies,

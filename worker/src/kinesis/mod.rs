@@ -220,7 +220,7 @@ impl Kinesis {
                     KinesisError::Throttled(message) if throttled < LIST_SHARDS_THROTTLE_RETRIES => {
                         let wait = list_shards_backoff(throttled);
                         throttled += 1;
-                        tracing::debug!(stream, message, ?wait, "ListShards throttled; retrying the page");
+                        tracing::info!(stream, error = message, ?wait, "ListShards throttled; retrying the page");
                         tokio::time::sleep(wait).await;
                         continue;
                     }

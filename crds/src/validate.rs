@@ -234,6 +234,8 @@ impl StreamConsumerSpec {
                 http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records),
                 defaults::HTTP_BATCH_RECORDS,
             ),
+            lease_scan: self.lease.scan.unwrap_or(defaults::LEASE_SCAN),
+            segment_rows: count(self.lease.segment_rows, defaults::SEGMENT_ROWS),
         })
     }
 
@@ -360,6 +362,11 @@ impl StreamConsumerSpec {
         {
             errors.push(FieldError::new("spec.concurrency", "must be between 1 and 10000"));
         }
+        if let Some(rows) = self.lease.segment_rows
+            && !(1..=1000).contains(&rows)
+        {
+            errors.push(FieldError::new("spec.lease.segmentRows", "must be between 1 and 1000"));
+        }
         if let Some(max) = self.reader.max_records
             && !(1..=10_000).contains(&max)
         {
@@ -483,6 +490,20 @@ mod tests {
         let resolved = spec.validate().expect("valid");
         assert_eq!(resolved.durations.http_batch_max_delay, Duration::from_millis(5));
         assert_eq!(resolved.http_batch_records, 500);
+    }
+
+    #[test]
+    fn the_scan_mode_defaults_to_segmented_and_full_stays_selectable() {
+        let resolved = spec("streams: [{name: a}]\nprocessor: {stdout: {}}").validate().expect("valid");
+        assert_eq!((resolved.lease_scan, resolved.segment_rows), (crate::LeaseScan::Segmented, 80));
+        let resolved = spec("streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {scan: full, segmentRows: 20}")
+            .validate()
+            .expect("valid");
+        assert_eq!((resolved.lease_scan, resolved.segment_rows), (crate::LeaseScan::Full, 20));
+        assert_eq!(
+            fields("streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {segmentRows: 0}"),
+            vec!["spec.lease.segmentRows"]
+        );
     }
 
     #[test]

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_crds::ReaderMode;
+use leasehold_crds::{LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
 use crate::config::WorkerConfig;
-use crate::coordinator::{Coordinator, CoordinatorSettings};
+use crate::coordinator::{Coordinator, CoordinatorSettings, ScanMode};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
 use crate::kinesis::{Consumers, Kinesis};
@@ -124,6 +124,10 @@ pub async fn run(
         handoff_timeout: durations.lease,
         reader: ReaderSettings::from_spec(resolved),
         assigned,
+        scan: match resolved.lease_scan {
+            LeaseScan::Full => ScanMode::Full,
+            LeaseScan::Segmented => ScanMode::Segmented { rows_per_segment: resolved.segment_rows },
+        },
     };
     let dead_letters = spec.retry.as_ref().and_then(|r| r.dead_letter_stream.clone());
     let runner = Runner::new(metrics.clone())

@@ -7,9 +7,11 @@ GROUND := tests/ground
 
 .PHONY: check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images bench bench-kcl demo fmt
 
-## Everything CI runs: emulators up, formatting and lints, all tests.
-test: emulators control-plane faketime lint
-	cargo test --workspace --no-fail-fast
+## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
+## lints, all tests (the real-pod tests included).
+test: emulators control-plane faketime lint images node
+	$(GROUND)/images.sh check
+	cargo test --workspace --no-fail-fast --features leasehold-operator/real-node
 
 lint:
 	cargo fmt --all -- --check
@@ -74,10 +76,10 @@ soak: emulators
 	LEASEHOLD_SOAK_SECS=$${LEASEHOLD_SOAK_SECS:-1800} cargo test -p leasehold-worker --test soak -- --nocapture
 
 ## The tests on a real node (kubelet + containerd in a network namespace) with the project's own images:
-## worker pods and the chart's operator pods run for real. Not yet part of `make test` (see docs/testing.md).
+## worker pods and the chart's operator pods run for real; the same tests `make test` runs among the others.
 test-node: emulators control-plane images node
 	$(GROUND)/images.sh check
-	cargo test -p leasehold-operator --features real-node --test node_e2e --test node_chart
+	cargo test -p leasehold-operator --features real-node --test node_e2e --test node_chart --test node_scaling
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
 ## CPU and memory on the same backlog, then failover after kill -9 (3 trials each).

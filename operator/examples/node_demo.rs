@@ -183,7 +183,7 @@ async fn main() {
         now.len() == 4 && now.values().all(|o| !o.is_empty() && *o != victim)
     })
     .await;
-    println!("    its shards held by the other pod {:.2} s after the delete (no lease expiry)", moved.as_secs_f64());
+    println!("    its shards held by the other pods {:.2} s after the delete (no lease expiry)", moved.as_secs_f64());
     show_leases(&viewer).await;
     let second = orders(50, 60);
     expected.extend(second.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()));

@@ -144,6 +144,26 @@ pub fn value_size(value: &Value) -> usize {
     }
 }
 
+/// Size of an item as the SDK returns it, by the same rules as [`item_size`].
+pub fn sdk_item_size(item: &HashMap<String, aws_sdk_dynamodb::types::AttributeValue>) -> usize {
+    use aws_sdk_dynamodb::types::AttributeValue as A;
+    fn size(value: &A) -> usize {
+        match value {
+            A::S(s) => s.len(),
+            A::N(n) => number_size(n),
+            A::B(b) => b.as_ref().len(),
+            A::Bool(_) | A::Null(_) => 1,
+            A::Ss(set) => set.iter().map(String::len).sum(),
+            A::Ns(set) => set.iter().map(|n| number_size(n)).sum(),
+            A::Bs(set) => set.iter().map(|b| b.as_ref().len()).sum(),
+            A::L(list) => 3 + list.iter().map(|v| 1 + size(v)).sum::<usize>(),
+            A::M(map) => 3 + map.iter().map(|(k, v)| 1 + k.len() + size(v)).sum::<usize>(),
+            _ => 0,
+        }
+    }
+    item.iter().map(|(name, value)| name.len() + size(value)).sum()
+}
+
 /// Size of a number: 1 byte per two significant digits (leading and trailing zeroes trimmed), plus 1.
 pub fn number_size(text: &str) -> usize {
     let mantissa = text.split(['e', 'E']).next().unwrap_or("");

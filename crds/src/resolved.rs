@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use crate::spec::{OnExhausted, Ordering};
+use crate::spec::{LeaseScan, OnExhausted, Ordering};
 
 /// Every default of a spec, once: the resolver applies them to a spec, and code that builds worker
 /// settings without a spec (tests, embedders) starts from [`ResolvedSpec::default`], made of them.
 pub mod defaults {
     use std::time::Duration;
 
-    use crate::spec::{OnExhausted, Ordering};
+    use crate::spec::{LeaseScan, OnExhausted, Ordering};
 
     /// `lease.duration`.
     pub const LEASE_DURATION: Duration = Duration::from_secs(10);
@@ -21,6 +21,10 @@ pub mod defaults {
     pub const SCAN_INTERVAL: Duration = Duration::from_millis(500);
     /// `lease.shardSyncInterval`.
     pub const SHARD_SYNC_INTERVAL: Duration = Duration::from_secs(10);
+    /// `lease.scan`.
+    pub const LEASE_SCAN: LeaseScan = LeaseScan::Segmented;
+    /// `lease.segmentRows`.
+    pub const SEGMENT_ROWS: usize = 80;
     /// `lease.checkpointInterval`.
     pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
     /// `lease.gracefulTimeout`.
@@ -71,6 +75,10 @@ pub struct ResolvedSpec {
     pub on_exhausted: OnExhausted,
     /// `processor.http.batch.maxRecords`.
     pub http_batch_records: usize,
+    /// `lease.scan`.
+    pub lease_scan: LeaseScan,
+    /// `lease.segmentRows`.
+    pub segment_rows: usize,
 }
 
 impl Default for ResolvedSpec {
@@ -84,6 +92,8 @@ impl Default for ResolvedSpec {
             max_attempts: defaults::MAX_ATTEMPTS,
             on_exhausted: defaults::ON_EXHAUSTED,
             http_batch_records: defaults::HTTP_BATCH_RECORDS,
+            lease_scan: defaults::LEASE_SCAN,
+            segment_rows: defaults::SEGMENT_ROWS,
         }
     }
 }

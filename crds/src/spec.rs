@@ -272,6 +272,26 @@ pub struct LeaseTimingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub graceful_timeout: Option<String>,
+    /// How the lease table is read: `segmented` (default: the table split into segments, each read
+    /// every `scanInterval` by two workers, so reads do not grow with the number of workers) or `full`
+    /// (every worker reads the whole table every `scanInterval`, as before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scan: Option<LeaseScan>,
+    /// With `scan: segmented`, about how many rows one segment holds (1-1000). Default 80.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub segment_rows: Option<i32>,
+}
+
+/// How workers read the lease table.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum LeaseScan {
+    /// Every worker reads the whole table every scan interval (reads grow with workers x shards).
+    Full,
+    /// The table is split into segments, each read by two workers every scan interval; whole-table
+    /// reads are rare (see docs/architecture.md, "Reading the lease table at scale").
+    Segmented,
 }
 
 /// How shards are read.

@@ -185,6 +185,8 @@ impl StreamConsumerSpec {
                 http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records),
                 defaults::HTTP_BATCH_RECORDS,
             ),
+            lease_scan: self.lease.scan.unwrap_or(defaults::LEASE_SCAN),
+            segment_rows: count(self.lease.segment_rows, defaults::SEGMENT_ROWS),
         })
     }
 
@@ -310,6 +312,11 @@ impl StreamConsumerSpec {
             && !(1..=10_000).contains(&concurrency)
         {
             errors.push(FieldError::new("spec.concurrency", "must be between 1 and 10000"));
+        }
+        if let Some(rows) = self.lease.segment_rows
+            && !(1..=1000).contains(&rows)
+        {
+            errors.push(FieldError::new("spec.lease.segmentRows", "must be between 1 and 1000"));
         }
         if let Some(max) = self.reader.max_records
             && !(1..=10_000).contains(&max)

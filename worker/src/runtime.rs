@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
+use leasehold_crds::LeaseScan;
 
 use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
 use crate::config::WorkerConfig;
-use crate::coordinator::{Coordinator, CoordinatorSettings};
+use crate::coordinator::{Coordinator, CoordinatorSettings, ScanMode};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
 use crate::kinesis::Kinesis;
@@ -118,6 +119,10 @@ pub async fn run(
         handoff_timeout: durations.lease,
         reader: ReaderSettings::from_spec(resolved),
         assigned,
+        scan: match resolved.lease_scan {
+            LeaseScan::Full => ScanMode::Full,
+            LeaseScan::Segmented => ScanMode::Segmented { rows_per_segment: resolved.segment_rows },
+        },
     };
     let dead_letters = spec.retry.as_ref().and_then(|r| r.dead_letter_stream.clone());
     let runner = Runner::new(metrics.clone())

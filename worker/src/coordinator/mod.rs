@@ -4,6 +4,8 @@
 
 mod balance;
 mod outage;
+mod segmented;
+mod segments;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,12 +20,30 @@ use tracing::Instrument;
 use crate::discovery::{Incarnation, ShardSync};
 use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
-use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeaseStore, Member, renew_until_lost};
+use crate::lease::{
+    Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, LeaseStore, Member, renew_until_lost,
+};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit, ShardReader, run_shard};
 use balance::{Moves, View, plan};
 use outage::TableOutage;
+use segmented::TableView;
+
+/// How the coordinator reads the lease table (`lease.scan`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanMode {
+    /// Every scan reads the whole table, and every worker syncs the shard list: reads grow with
+    /// workers x shards.
+    Full,
+    /// Every scan reads this worker's segments of the table (each segment is read by two workers);
+    /// the whole table is read when a change calls for it and otherwise rarely, and one worker (the
+    /// discovery term's holder) syncs the shard list for the group. See `segmented.rs`.
+    Segmented {
+        /// About how many rows one segment holds.
+        rows_per_segment: usize,
+    },
+}
 
 /// Coordinator timing and mode.
 #[derive(Debug, Clone)]
@@ -42,6 +62,8 @@ pub struct CoordinatorSettings {
     pub reader: ReaderSettings,
     /// Manual assignment: run exactly these shards, with no membership and no balancing.
     pub assigned: Option<Vec<LeaseKey>>,
+    /// How the table is read (manual assignment always reads it whole).
+    pub scan: ScanMode,
 }
 
 /// A shard being read by this worker.
@@ -71,6 +93,22 @@ pub struct Coordinator {
     /// When the soonest lease seen held by another worker could count as expired: scanned then rather
     /// than at the next regular tick, so failover does not wait out a scan interval.
     next_expiry: Option<Instant>,
+    /// `scan: segmented`: the table as last read, whole or in part.
+    view: Option<TableView>,
+    /// `scan: segmented`: when the whole table is read next (brought forward by changes).
+    whole_at: Instant,
+    /// `scan: segmented`: when the whole table was last read.
+    last_whole: Instant,
+    /// `scan: segmented`: free rows seen in this worker's reads, with the counter and since when.
+    free_since: HashMap<LeaseKey, (u64, Instant)>,
+    /// `scan: segmented`: the discovery term, while this worker holds it.
+    term: Option<Arc<HeldLease>>,
+}
+
+/// One read of the table: the rows read now, and whether they are the whole table.
+struct Read {
+    page: LeasePage,
+    whole: bool,
 }
 
 impl Coordinator {
@@ -86,6 +124,11 @@ impl Coordinator {
     ) -> Self {
         let (exits_tx, exits_rx) = mpsc::unbounded_channel();
         let outage = TableOutage::new(settings.scan_interval);
+        let mut settings = settings;
+        if settings.assigned.is_some() {
+            // No membership, no balancing: nothing to split.
+            settings.scan = ScanMode::Full;
+        }
         Self {
             store,
             kinesis,
@@ -102,6 +145,11 @@ impl Coordinator {
             next_sync: Instant::now(),
             next_heartbeat: Instant::now(),
             next_expiry: None,
+            view: None,
+            whole_at: Instant::now(),
+            last_whole: Instant::now(),
+            free_since: HashMap::new(),
+            term: None,
         }
     }
 
@@ -144,8 +192,12 @@ impl Coordinator {
                 self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
             }
         }
-        let page = match self.store.list().await {
-            Ok(page) => page,
+        let read = match self.settings.scan {
+            ScanMode::Full => self.store.list().await.map(|page| Read { page, whole: true }),
+            ScanMode::Segmented { rows_per_segment } => self.read_segmented(now, rows_per_segment).await,
+        };
+        let Read { page, whole } = match read {
+            Ok(read) => read,
             Err(e) => {
                 self.metrics().lease_table_failures.inc();
                 self.outage.failed("read", &e, now);
@@ -163,7 +215,7 @@ impl Coordinator {
             }
         }
         self.remove_silent_members(&page.members).await;
-        if now >= self.next_sync {
+        if whole && self.syncs_shards() && now >= self.next_sync {
             let report = self.sync.sync(self.store.as_ref(), &page.leases).await;
             tracing::debug!(?report, "shard sync");
             self.next_sync = now + self.settings.shard_sync_interval;
@@ -179,7 +231,14 @@ impl Coordinator {
         let timeout = self.settings.handoff_timeout;
         let running_keys: HashSet<LeaseKey> = self.running.keys().cloned().collect();
         self.requested.retain(|key, at| !running_keys.contains(key) && at.elapsed() < timeout);
-        let moves = self.moves(&page.leases, &page.members, &running_keys);
+        let segmented = matches!(self.settings.scan, ScanMode::Segmented { .. });
+        let fresh: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
+        let mut moves = if segmented {
+            let (leases, members) = self.view_for_plan(&fresh);
+            self.moves(&leases, &members, &running_keys)
+        } else {
+            self.moves(&page.leases, &page.members, &running_keys)
+        };
         for (key, to) in moves.give {
             if let Some(running) = self.running.get_mut(&key)
                 && running.give_to.is_none()
@@ -189,14 +248,34 @@ impl Coordinator {
                 running.stop.cancel();
             }
         }
+        if segmented {
+            // Only rows read now are acted on: a copy from an older whole read may be stale.
+            moves.take.retain(|l| fresh.contains(&l.key));
+            moves.expired_candidates.retain(|l| fresh.contains(&l.key));
+            let orphans = self.orphaned_free_rows(&page, &moves.take, now).await;
+            moves.take.extend(orphans);
+            if !whole && !moves.ask.is_empty() {
+                // Handoffs are asked for from a whole read only (the holders' counters must be current):
+                // still short, read it all, at most once a renew interval.
+                moves.ask.clear();
+                self.want_whole_at(self.last_whole + self.settings.renew_interval);
+            }
+        }
         self.next_expiry = None;
         for lease in moves.take.into_iter().chain(moves.expired_candidates) {
             if !self.same_incarnation(&lease).await {
                 continue;
             }
             let sent = Instant::now();
+            let from_another = lease.owner.as_deref().is_some_and(|o| o != self.owner());
             match self.store.acquire(&lease).await {
-                Ok(acquired) => self.start(acquired, sent).await,
+                Ok(acquired) => {
+                    if segmented && from_another {
+                        // A worker died or stalled: the group changed, so read it all at the next scan.
+                        self.want_whole_at(Instant::now());
+                    }
+                    self.start(acquired, sent).await
+                }
                 Err(LeaseError::HeldByOther { remaining, .. }) => {
                     let at = Instant::now() + remaining;
                     self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
@@ -222,6 +301,18 @@ impl Coordinator {
                 }
                 Err(e) => tracing::debug!(shard = %lease.key, error = %e, "handoff request not placed"),
             }
+        }
+        if segmented {
+            self.keep_term(&page, whole).await;
+        }
+    }
+
+    /// True when this worker lists the shards and writes their rows: every worker with `scan: full`
+    /// (and with manual assignment), the discovery term's holder only with `scan: segmented`.
+    fn syncs_shards(&self) -> bool {
+        match self.settings.scan {
+            ScanMode::Full => true,
+            ScanMode::Segmented { .. } => self.term.as_ref().is_some_and(|term| term.is_valid()),
         }
     }
 
@@ -320,7 +411,11 @@ impl Coordinator {
                 tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
                 return;
             }
-            ShardExit::Ended => (None, None),
+            ShardExit::Ended => {
+                // Its children may now be read: the shares change.
+                self.want_whole_at(Instant::now());
+                (None, None)
+            }
             ShardExit::Stopped { last } => (Some(last), running.give_to),
             ShardExit::Failed { reason, last } => {
                 tracing::error!(shard = %key, reason, "shard failed; releasing it");
@@ -355,6 +450,12 @@ impl Coordinator {
             release(&running.held, Some(progress), None).await;
         }
         self.metrics().leases_held.set(0);
+        if let Some(term) = self.term.take() {
+            match term.release(None, None).await {
+                Ok(_) => tracing::info!("discovery term released"),
+                Err(e) => tracing::debug!(error = %e, "discovery term not released; it expires on its own"),
+            }
+        }
         if self.settings.assigned.is_none()
             && let Err(e) = self.store.leave().await
         {

@@ -80,6 +80,17 @@ impl KinesisError {
     }
 }
 
+/// How many times in a row one ListShards page is asked again after `LimitExceededException`.
+const LIST_SHARDS_THROTTLE_RETRIES: u32 = 8;
+
+/// The wait before asking a throttled ListShards page again for the `attempt`-th time: 200 ms
+/// doubling to 5 s, with up to half of it added at random so a group does not retry in step.
+fn list_shards_backoff(attempt: u32) -> std::time::Duration {
+    let base = std::time::Duration::from_millis(200).saturating_mul(1 << attempt.min(5)).min(std::time::Duration::from_secs(5));
+    let jitter = base.mul_f64(rand::random::<f64>() / 2.0);
+    base + jitter
+}
+
 /// One shard as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShardInfo {
@@ -189,6 +200,7 @@ impl Kinesis {
     pub async fn list_shards(&self, stream: &str) -> Result<Vec<ShardInfo>> {
         let mut shards = Vec::new();
         let mut token: Option<String> = None;
+        let mut throttled = 0;
         loop {
             // With a NextToken the API refuses the stream name.
             let request = match &token {
@@ -198,7 +210,22 @@ impl Kinesis {
                     self.client.list_shards().set_stream_name(name).set_stream_arn(arn)
                 }
             };
-            let out = request.send().await.map_err(|e| KinesisError::from_sdk(e, stream))?;
+            let out = match request.clone().send().await {
+                Ok(out) => out,
+                Err(e) => match KinesisError::from_sdk(e, stream) {
+                    // ListShards allows 1,000 calls/s per account (100 per stream): a throttled page
+                    // is asked again after a backoff, keeping the pages already listed and the token.
+                    KinesisError::Throttled(message) if throttled < LIST_SHARDS_THROTTLE_RETRIES => {
+                        let wait = list_shards_backoff(throttled);
+                        throttled += 1;
+                        tracing::debug!(stream, message, ?wait, "ListShards throttled; retrying the page");
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                    other => return Err(other),
+                },
+            };
+            throttled = 0;
             for shard in out.shards.unwrap_or_default() {
                 let parents = [shard.parent_shard_id, shard.adjacent_parent_shard_id].into_iter().flatten().collect();
                 let closed = shard.sequence_number_range.and_then(|r| r.ending_sequence_number).is_some();
@@ -310,5 +337,20 @@ impl Kinesis {
 impl Publisher for Kinesis {
     async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> std::result::Result<(), String> {
         self.put_record(stream, partition_key, data).await.map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn throttled_list_shards_pages_back_off_to_a_cap() {
+        let waits: Vec<Duration> = (0..LIST_SHARDS_THROTTLE_RETRIES).map(list_shards_backoff).collect();
+        assert!(waits[0] >= Duration::from_millis(200) && waits[0] <= Duration::from_millis(300), "{waits:?}");
+        assert!(waits.iter().all(|w| *w <= Duration::from_millis(7_500)), "capped: {waits:?}");
+        assert!(waits[LIST_SHARDS_THROTTLE_RETRIES as usize - 1] >= Duration::from_secs(5), "{waits:?}");
     }
 }

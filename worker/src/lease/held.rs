@@ -15,6 +15,8 @@ pub struct HeldLease {
     store: Arc<dyn LeaseStore>,
     key: LeaseKey,
     lease: tokio::sync::Mutex<Lease>,
+    /// The copy after the last successful write, readable without waiting for a write in flight.
+    latest: Mutex<Lease>,
     deadline: Mutex<Instant>,
     lost: CancellationToken,
     duration: Duration,
@@ -36,6 +38,7 @@ impl HeldLease {
             store,
             progress,
             key: lease.key.clone(),
+            latest: Mutex::new(lease.clone()),
             lease: tokio::sync::Mutex::new(lease),
             deadline: Mutex::new(sent + duration),
             lost: CancellationToken::new(),
@@ -46,6 +49,12 @@ impl HeldLease {
     /// The row's key.
     pub fn key(&self) -> &LeaseKey {
         &self.key
+    }
+
+    /// The row as the last successful write on it returned it (a renewal's answer shows a handoff
+    /// request placed since, at no read cost).
+    pub fn latest(&self) -> Lease {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Cancelled once the lease is lost.
@@ -92,6 +101,7 @@ impl HeldLease {
             }
             Ok(Ok(lease)) => {
                 *held = lease.clone();
+                *self.latest.lock().unwrap_or_else(|p| p.into_inner()) = lease.clone();
                 if renewal {
                     *self.deadline.lock().unwrap_or_else(|p| p.into_inner()) = sent + self.duration;
                 }

@@ -46,6 +46,13 @@ impl MemoryLeaseTable {
     }
 }
 
+/// Which of `total` segments the row `key` falls in: FNV-1a of the key, as DynamoDB places a row in a
+/// parallel Scan's segment by a hash of its key (any fixed hash splits the table the same way).
+fn segment_of(key: &str, total: u32) -> u32 {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3));
+    u32::try_from(hash % u64::from(total.max(1))).unwrap_or(0)
+}
+
 /// A [`LeaseStore`] over a [`MemoryLeaseTable`].
 #[derive(Debug)]
 pub struct MemoryLeaseStore {
@@ -144,6 +151,34 @@ impl LeaseStore for MemoryLeaseStore {
         };
         let mut page = LeasePage::default();
         let mut range = rows.range((lower, Bound::Unbounded)).peekable();
+        for (key, attrs) in range.by_ref().take(limit) {
+            page.push(decode_row(attrs));
+            page.next = Some(PageToken(key.clone()));
+        }
+        if range.peek().is_none() {
+            page.next = None;
+        }
+        drop(rows);
+        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
+        Ok(page)
+    }
+
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
+        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+        let rows = self.table.rows();
+        let lower = match start {
+            Some(token) => Bound::Excluded(token.0.clone()),
+            None => Bound::Unbounded,
+        };
+        let mut page = LeasePage::default();
+        let mut range =
+            rows.range((lower, Bound::Unbounded)).filter(|(key, _)| segment_of(key, total) == segment).peekable();
         for (key, attrs) in range.by_ref().take(limit) {
             page.push(decode_row(attrs));
             page.next = Some(PageToken(key.clone()));

@@ -31,7 +31,7 @@ pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
-pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, attr};
+pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, TERM_PREFIX, attr, term_key};
 pub use settings::{LeaseSettings, unique_owner_id};
 
 /// Where a listing continues: the raw `lease_key` of the last row of the previous page.
@@ -47,16 +47,28 @@ pub struct LeasePage {
     pub malformed: Vec<Malformed>,
     /// Membership rows of workers (see [`LeaseStore::heartbeat`]).
     pub members: Vec<Member>,
+    /// Term rows (see [`TERM_PREFIX`]): roles held by one worker at a time, observed like leases.
+    pub terms: Vec<Lease>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<PageToken>,
 }
 
 impl LeasePage {
+    /// Appends `page`'s rows to this one; returns where `page` said the listing continues.
+    pub(crate) fn absorb(&mut self, page: LeasePage) -> Option<PageToken> {
+        self.leases.extend(page.leases);
+        self.malformed.extend(page.malformed);
+        self.members.extend(page.members);
+        self.terms.extend(page.terms);
+        page.next
+    }
+
     /// Adds one row as read to this page.
     pub(crate) fn push(&mut self, row: std::result::Result<row::Row, Malformed>) {
         match row {
             Ok(row::Row::Lease(lease)) => self.leases.push(lease),
             Ok(row::Row::Member(member)) => self.members.push(member),
+            Ok(row::Row::Term(term)) => self.terms.push(term),
             Err(malformed) => self.malformed.push(malformed),
         }
     }
@@ -64,6 +76,10 @@ impl LeasePage {
 
 /// Rows read per page by [`LeaseStore::list`].
 pub const DEFAULT_PAGE_SIZE: i32 = 100;
+
+/// Rows read per page by [`LeaseStore::list_segment`]: large, since a Scan page costs its rows' total
+/// size rounded up to 4 KB, so fewer pages waste less (DynamoDB still stops a page at 1 MB).
+pub const SEGMENT_PAGE_SIZE: i32 = 1000;
 
 /// One worker's view of a lease table. Every write is conditional and every read strongly consistent.
 ///
@@ -129,16 +145,39 @@ pub trait LeaseStore: Send + Sync {
     /// its counter is still `member.counter`.
     async fn remove_member(&self, member: &Member) -> Result<()>;
 
+    /// Reads up to `limit` rows of segment `segment` of `total` (a DynamoDB parallel Scan's
+    /// `Segment`/`TotalSegments`: the segments split the table, every row in exactly one), starting
+    /// after `start`. With `total` 1 the one segment is the whole table.
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage>;
+
     /// Reads the whole table, page by page.
     async fn list(&self) -> Result<LeasePage> {
         let mut all = LeasePage::default();
         let mut start = None;
         loop {
             let page = self.list_page(start.as_ref(), DEFAULT_PAGE_SIZE).await?;
-            all.leases.extend(page.leases);
-            all.malformed.extend(page.malformed);
-            all.members.extend(page.members);
-            match page.next {
+            let next = all.absorb(page);
+            match next {
+                Some(next) => start = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// Reads all of segment `segment` of `total`, in pages of [`SEGMENT_PAGE_SIZE`] rows.
+    async fn list_segment(&self, segment: u32, total: u32) -> Result<LeasePage> {
+        let mut all = LeasePage::default();
+        let mut start = None;
+        loop {
+            let page = self.list_segment_page(segment, total, start.as_ref(), SEGMENT_PAGE_SIZE).await?;
+            let next = all.absorb(page);
+            match next {
                 Some(next) => start = Some(next),
                 None => return Ok(all),
             }

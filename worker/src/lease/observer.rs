@@ -60,7 +60,7 @@ impl Observer {
     /// Records a page read at monotonic time `now`: every lease observed, every member judged alive or
     /// not against `duration`.
     pub(crate) fn observe_page(&self, page: &mut LeasePage, now: Duration, duration: Duration) {
-        page.leases.iter().for_each(|lease| self.observe(lease, now));
+        page.leases.iter().chain(&page.terms).for_each(|lease| self.observe(lease, now));
         for member in &mut page.members {
             member.alive = self.member_alive(member, now, duration);
         }

@@ -42,6 +42,16 @@ pub mod attr {
 /// shard rows.
 pub const MEMBER_PREFIX: &str = "#worker:";
 
+/// `lease_key` prefix of term rows: a role one worker of the group holds at a time (the shard
+/// discovery, `#term:discovery`), taken, renewed and expired exactly like a shard's lease, but never
+/// listed among the leases nor balanced.
+pub const TERM_PREFIX: &str = "#term:";
+
+/// The key of the term row named `name` (`#term:<name>`).
+pub fn term_key(name: &str) -> LeaseKey {
+    LeaseKey::new(TERM_PREFIX.trim_end_matches(':'), name)
+}
+
 /// One attribute value, in the subset of DynamoDB's types a lease row uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttrValue {
@@ -203,11 +213,17 @@ pub enum Row {
     Lease(Lease),
     /// A worker's membership row (`alive` left true; the store judges it).
     Member(Member),
+    /// A term row (see [`TERM_PREFIX`]).
+    Term(Lease),
 }
 
 /// Reads any row of the table, telling membership rows from leases.
 pub fn decode_row(attrs: &Attributes) -> Result<Row, Malformed> {
-    if is_member_row(attrs) { decode_member(attrs).map(Row::Member) } else { decode(attrs).map(Row::Lease) }
+    if is_member_row(attrs) {
+        return decode_member(attrs).map(Row::Member);
+    }
+    let lease = decode(attrs)?;
+    Ok(if lease.key.stream() == TERM_PREFIX.trim_end_matches(':') { Row::Term(lease) } else { Row::Lease(lease) })
 }
 
 /// The `lease_key` text of a worker's membership row.

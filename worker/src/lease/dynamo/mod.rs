@@ -95,6 +95,34 @@ impl DynamoLeaseStore {
         ]
     }
 
+    /// One consistent Scan page, of segment `(segment, total)` when given.
+    async fn scan_page(&self, segments: Option<(u32, u32)>, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
+        let start_key =
+            start.map(|token| HashMap::from([(attr::LEASE_KEY.to_string(), AttributeValue::S(token.0.clone()))]));
+        let mut request = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .consistent_read(true)
+            .limit(limit.max(1))
+            .set_exclusive_start_key(start_key);
+        if let Some((segment, total)) = segments {
+            let as_i32 = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+            request = request.segment(as_i32(segment)).total_segments(as_i32(total));
+        }
+        let out = request.send().await.map_err(|e| classify(e, self.request(None, "list")))?;
+        let mut page = LeasePage::default();
+        for item in out.items.unwrap_or_default() {
+            page.push(decode_row(&from_item(&item)));
+        }
+        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
+        page.next = out
+            .last_evaluated_key
+            .and_then(|key| key.get(attr::LEASE_KEY).and_then(|v| v.as_s().ok()).cloned())
+            .map(PageToken);
+        Ok(page)
+    }
+
     async fn update(&self, key: &LeaseKey, update: Update) -> Result<Lease> {
         let mut request = self
             .client
@@ -178,28 +206,19 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
-        let start_key =
-            start.map(|token| HashMap::from([(attr::LEASE_KEY.to_string(), AttributeValue::S(token.0.clone()))]));
-        let out = self
-            .client
-            .scan()
-            .table_name(&self.table)
-            .consistent_read(true)
-            .limit(limit.max(1))
-            .set_exclusive_start_key(start_key)
-            .send()
-            .await
-            .map_err(|e| classify(e, self.request(None, "list")))?;
-        let mut page = LeasePage::default();
-        for item in out.items.unwrap_or_default() {
-            page.push(decode_row(&from_item(&item)));
-        }
-        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
-        page.next = out
-            .last_evaluated_key
-            .and_then(|key| key.get(attr::LEASE_KEY).and_then(|v| v.as_s().ok()).cloned())
-            .map(PageToken);
-        Ok(page)
+        self.scan_page(None, start, limit).await
+    }
+
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
+        // One segment of one is the whole table: a plain Scan (TotalSegments 1 is legal, but pointless).
+        let segments = (total > 1).then_some((segment, total));
+        self.scan_page(segments, start, limit).await
     }
 
     async fn acquire(&self, seen: &Lease) -> Result<Lease> {

@@ -1,0 +1,320 @@
+//! `lease.scan: segmented`: reading the lease table at a cost that does not grow with the group.
+//!
+//! The table is split into segments (a DynamoDB parallel Scan's `Segment`/`TotalSegments`), about
+//! `segmentRows` rows each; every segment is read every scan interval by two workers
+//! (`segments.rs`), which watch its rows' counters exactly as a whole scan would, so a dead worker's
+//! leases are taken after one lease duration by a worker that watched them, even when one of the two
+//! readers is the dead worker. Everything else comes without reading the table:
+//! - handoff requests on this worker's leases arrive in its renewals' answers (`ReturnValues`);
+//! - leases handed to this worker are read with one `GetItem` each while a request is pending;
+//! - the whole table is read when a read shows a change that moves the shares (a row freed, a shard
+//!   ended, a worker joined or went silent, a request from a worker this one does not know, a lease
+//!   taken over), when this worker is short and must ask, for the shard sync of the discovery term's
+//!   holder, and otherwise once every `max(shardSyncInterval, 4 x scanInterval x workers)` (so the
+//!   group reads the whole table about once every four scan intervals, whatever its size).
+//!
+//! The shard list is synced by one worker, the holder of the term row `#term:discovery`: a row taken,
+//! renewed and expired like a lease, so any worker that watches it takes it over one lease duration
+//! after its holder stops, and none stalls the group meanwhile (rows are only created later).
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use super::balance::active;
+use super::segments::{segment_count, watched};
+use super::{Coordinator, Read};
+use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, term_key};
+use crate::lease::renew_until_lost;
+
+/// The name of the shard discovery's term row.
+const DISCOVERY_TERM: &str = "discovery";
+
+/// The table as this worker last read it: rows in its segments as of the last scan, the rest as of
+/// the last whole read.
+#[derive(Debug, Default)]
+pub(super) struct TableView {
+    leases: BTreeMap<LeaseKey, Lease>,
+    members: BTreeMap<String, Member>,
+    terms: BTreeMap<LeaseKey, Lease>,
+}
+
+impl TableView {
+    fn merge(&mut self, page: &LeasePage) {
+        for lease in &page.leases {
+            self.leases.insert(lease.key.clone(), lease.clone());
+        }
+        for member in &page.members {
+            self.members.insert(member.owner.clone(), member.clone());
+        }
+        for term in &page.terms {
+            self.terms.insert(term.key.clone(), term.clone());
+        }
+    }
+
+    /// The live workers' ids, `me` among them, sorted.
+    fn live(&self, me: &str) -> Vec<String> {
+        let mut live: Vec<String> = self.members.values().filter(|m| m.alive).map(|m| m.owner.clone()).collect();
+        live.push(me.to_string());
+        live.sort();
+        live.dedup();
+        live
+    }
+
+    fn rows(&self) -> usize {
+        self.leases.len() + self.members.len() + self.terms.len()
+    }
+}
+
+impl Coordinator {
+    /// Reads this worker's segments, or the whole table when it is due or the segments show a change
+    /// that calls for it.
+    pub(super) async fn read_segmented(&mut self, now: Instant, rows_per_segment: usize) -> Result<Read, LeaseError> {
+        let sync_due = self.syncs_shards() && now >= self.next_sync;
+        if let Some(view) = &self.view
+            && !sync_due
+            && now < self.whole_at
+        {
+            let members = view.live(self.owner());
+            let total = segment_count(view.rows(), members.len(), rows_per_segment);
+            let mut page = LeasePage::default();
+            for segment in watched(&members, total, self.owner()) {
+                page.absorb(self.store.list_segment(segment, total).await?);
+            }
+            let read: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
+            let pending: Vec<LeaseKey> = self.requested.keys().filter(|k| !read.contains(*k)).cloned().collect();
+            for key in pending {
+                // Handed over yet? One small read while the request is pending, instead of a scan.
+                match self.store.get(&key).await {
+                    Ok(Some(lease)) => page.leases.push(lease),
+                    Ok(None) => {}
+                    Err(e) => tracing::debug!(shard = %key, error = %e, "requested lease not read"),
+                }
+            }
+            let changed = self.changed(&page);
+            if let Some(view) = self.view.as_mut() {
+                view.merge(&page);
+            }
+            if !changed {
+                return Ok(Read { page, whole: false });
+            }
+            tracing::debug!("the group changed: reading the whole table");
+        }
+        let page = self.store.list_segment(0, 1).await?;
+        let mut view = TableView::default();
+        view.merge(&page);
+        let workers = u32::try_from(view.live(self.owner()).len()).unwrap_or(u32::MAX);
+        self.view = Some(view);
+        self.last_whole = now;
+        self.whole_at = now + self.settings.shard_sync_interval.max(self.settings.scan_interval * 4 * workers);
+        Ok(Read { page, whole: true })
+    }
+
+    /// Brings the next whole read forward to `at`.
+    pub(super) fn want_whole_at(&mut self, at: Instant) {
+        self.whole_at = self.whole_at.min(at);
+    }
+
+    /// True when `page` (rows read now) shows a change that moves the shares since the view: a row
+    /// freed or new, a shard ended, a worker new or gone silent, or a handoff request on a lease of
+    /// this worker from a worker the view does not show alive.
+    fn changed(&self, page: &LeasePage) -> bool {
+        let Some(view) = &self.view else { return true };
+        let me = self.owner();
+        let alive = |owner: &str| owner == me || view.members.get(owner).is_some_and(|m| m.alive);
+        let rows = page.leases.iter().any(|lease| {
+            let before = view.leases.get(&lease.key);
+            let freed = lease.owner.is_none()
+                && !lease.checkpoint.is_shard_end()
+                && before.is_none_or(|b| b.owner.is_some() || b.counter != lease.counter);
+            let ended = lease.checkpoint.is_shard_end() && before.is_some_and(|b| !b.checkpoint.is_shard_end());
+            freed || ended
+        });
+        let members = page.members.iter().any(|member| match view.members.get(&member.owner) {
+            None => member.owner != me,
+            Some(before) => before.alive != member.alive,
+        });
+        let strangers = page
+            .leases
+            .iter()
+            .filter(|lease| self.running.contains_key(&lease.key))
+            .filter_map(|lease| lease.handoff_to.clone())
+            .chain(self.running.values().filter_map(|r| r.held.latest().handoff_to))
+            .any(|asker| !alive(&asker));
+        rows || members || strangers
+    }
+
+    /// The view to plan on: the rows as read, with this worker's running leases as its last write on
+    /// each returned them (a handoff request shows there within a renew interval) unless read now.
+    pub(super) fn view_for_plan(&self, fresh: &HashSet<LeaseKey>) -> (Vec<Lease>, Vec<Member>) {
+        let Some(view) = &self.view else { return (Vec::new(), Vec::new()) };
+        let mut leases = view.leases.clone();
+        for (key, running) in &self.running {
+            let latest = running.held.latest();
+            let newer = match leases.get(key) {
+                None => true,
+                Some(row) if fresh.contains(key) => latest.counter > row.counter,
+                Some(row) => latest.counter >= row.counter,
+            };
+            if newer {
+                leases.insert(key.clone(), latest);
+            }
+        }
+        (leases.into_values().collect(), view.members.values().cloned().collect())
+    }
+
+    /// Free rows read now that nobody has taken for a renew interval although they could run (every
+    /// worker that read them may believe itself at its share): taken whatever the shares say, so a
+    /// lease never waits for a whole read; balance is restored by handoff. A row that looks held back
+    /// only by parents this worker has not read lately gets its parents read first.
+    pub(super) async fn orphaned_free_rows(&mut self, page: &LeasePage, taking: &[Lease], now: Instant) -> Vec<Lease> {
+        let patience = self.settings.renew_interval;
+        let free: Vec<Lease> = page
+            .leases
+            .iter()
+            .filter(|l| l.owner.is_none() && !l.checkpoint.is_shard_end() && !taking.iter().any(|t| t.key == l.key))
+            .cloned()
+            .collect();
+        let mut orphans = Vec::new();
+        for lease in free {
+            let since = match self.free_since.get(&lease.key) {
+                Some(&(counter, since)) if counter == lease.counter => since,
+                _ => {
+                    self.free_since.insert(lease.key.clone(), (lease.counter, now));
+                    continue;
+                }
+            };
+            if now.duration_since(since) < patience {
+                continue;
+            }
+            self.free_since.insert(lease.key.clone(), (lease.counter, now));
+            if !self.parents_done_now(&lease).await {
+                continue;
+            }
+            tracing::info!(shard = %lease.key, "free lease left untaken; taking it");
+            orphans.push(lease);
+        }
+        let view = self.view.as_ref();
+        self.free_since
+            .retain(|key, _| view.and_then(|v| v.leases.get(key)).is_some_and(|l| l.owner.is_none()));
+        orphans
+    }
+
+    /// Whether `lease`'s parents are all finished, reading those the view shows unfinished again.
+    async fn parents_done_now(&mut self, lease: &Lease) -> bool {
+        for parent in &lease.parent_shard_ids {
+            let key = LeaseKey::new(lease.key.stream(), parent.as_str());
+            let known_done = self
+                .view
+                .as_ref()
+                .and_then(|v| v.leases.get(&key))
+                .is_some_and(|row| row.checkpoint == Checkpoint::ShardEnd);
+            if known_done {
+                continue;
+            }
+            match self.store.get(&key).await {
+                Ok(Some(row)) => {
+                    let done = row.checkpoint.is_shard_end();
+                    if let Some(view) = self.view.as_mut() {
+                        view.leases.insert(key, row);
+                    }
+                    if !done {
+                        return false;
+                    }
+                }
+                // A parent without a row was cleaned up after it finished.
+                Ok(None) => {}
+                Err(_) => return false,
+            }
+        }
+        let leases: Vec<Lease> = self.view.as_ref().map(|v| v.leases.values().cloned().collect()).unwrap_or_default();
+        let mut all = leases;
+        if !all.iter().any(|l| l.key == lease.key) {
+            all.push(lease.clone());
+        }
+        active(&all).iter().any(|l| l.key == lease.key)
+    }
+
+    /// Takes the discovery term when it is free or this worker saw it expire; creates its row when a
+    /// whole read shows none. Notes its loss.
+    pub(super) async fn keep_term(&mut self, page: &LeasePage, whole: bool) {
+        if let Some(term) = &self.term {
+            if !term.lost().is_cancelled() {
+                return;
+            }
+            tracing::info!("discovery term lost: another worker lists the shards");
+            self.term = None;
+        }
+        let key = term_key(DISCOVERY_TERM);
+        let row = match page.terms.iter().find(|t| t.key == key) {
+            Some(row) => row.clone(),
+            None if whole => {
+                let new =
+                    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![], stream_created: None };
+                if let Err(e) = self.store.create_if_absent(&new).await {
+                    tracing::debug!(error = %e, "discovery term row not created");
+                    return;
+                }
+                match self.store.get(&key).await {
+                    Ok(Some(row)) => row,
+                    _ => return,
+                }
+            }
+            None => return,
+        };
+        let sent = Instant::now();
+        match self.store.acquire(&row).await {
+            Ok(acquired) => {
+                tracing::info!(counter = acquired.counter, "discovery term taken: this worker lists the shards for the group");
+                let held = Arc::new(HeldLease::new(self.store.clone(), acquired, sent));
+                let metrics = self.metrics().clone();
+                tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, move || {
+                    metrics.renewals_failed.inc();
+                }));
+                self.term = Some(held);
+                self.next_sync = Instant::now();
+            }
+            Err(LeaseError::HeldByOther { remaining, .. }) => {
+                let at = Instant::now() + remaining;
+                self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
+            }
+            Err(e) => tracing::debug!(error = %e, "discovery term not taken"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(shard: &str, owner: Option<&str>, counter: u64) -> Lease {
+        Lease {
+            key: LeaseKey::new("s", shard),
+            owner: owner.map(String::from),
+            expiry_ms: None,
+            counter,
+            checkpoint: Checkpoint::TrimHorizon,
+            parent_shard_ids: vec![],
+            handoff_to: None,
+            stream_created: None,
+        }
+    }
+
+    #[test]
+    fn a_partial_read_updates_only_the_rows_it_read() {
+        let mut view = TableView::default();
+        let whole = LeasePage {
+            leases: vec![lease("a", Some("w1"), 1), lease("b", Some("w2"), 1)],
+            members: vec![Member { owner: "w1".into(), counter: 1, alive: true }],
+            ..LeasePage::default()
+        };
+        view.merge(&whole);
+        let part = LeasePage { leases: vec![lease("b", None, 2)], ..LeasePage::default() };
+        view.merge(&part);
+        assert_eq!(view.leases[&LeaseKey::new("s", "a")].owner.as_deref(), Some("w1"));
+        assert_eq!(view.leases[&LeaseKey::new("s", "b")].owner, None);
+        assert_eq!(view.live("w3"), vec!["w1".to_string(), "w3".to_string()]);
+        assert_eq!(view.rows(), 3);
+    }
+}

@@ -110,8 +110,10 @@ fn stream_list(streams: &[String]) -> String {
     streams.iter().map(|s| format!("{{name: {s}}}")).collect::<Vec<_>>().join(", ")
 }
 
-/// Longest wait for all shards leased, and again for balance.
-const PHASE_TIMEOUT: Duration = Duration::from_secs(300);
+/// Longest wait for all shards leased, and again for balance (`LEASEHOLD_SCALE_TIMEOUT` seconds).
+static PHASE_TIMEOUT: std::sync::LazyLock<Duration> = std::sync::LazyLock::new(|| {
+    Duration::from_secs(env_or("LEASEHOLD_SCALE_TIMEOUT", "300").parse().expect("LEASEHOLD_SCALE_TIMEOUT"))
+});
 
 /// Counts records and does nothing else, so the figures are the worker's and the emulators'.
 struct Counting(Arc<AtomicU64>);
@@ -193,12 +195,17 @@ fn moves(before: &HashMap<String, Option<String>>, after: &HashMap<String, Optio
 
 /// Writes one record to every shard each second (by explicit hash key) until cancelled.
 fn produce(kinesis: aws_sdk_kinesis::Client, streams: Vec<(String, Vec<u128>)>, stop: CancellationToken) {
+    // One PutRecords call per 500 shards of a stream.
+    let batches: Vec<(String, Vec<u128>)> = streams
+        .into_iter()
+        .flat_map(|(stream, keys)| keys.chunks(500).map(|c| (stream.clone(), c.to_vec())).collect::<Vec<_>>())
+        .collect();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         let mut n = 0u64;
         while !stop.is_cancelled() {
             tick.tick().await;
-            for (stream, chunk) in streams.iter().flat_map(|(s, keys)| keys.chunks(500).map(move |c| (s, c))) {
+            for (stream, chunk) in &batches {
                 let entries: Vec<PutRecordsRequestEntry> = chunk
                     .iter()
                     .map(|hash| {
@@ -210,8 +217,12 @@ fn produce(kinesis: aws_sdk_kinesis::Client, streams: Vec<(String, Vec<u128>)>, 
                             .expect("entry")
                     })
                     .collect();
-                if let Err(e) = kinesis.put_records().stream_name(stream).set_records(Some(entries)).send().await {
-                    eprintln!("scale producer: {e:?}");
+                let put = kinesis.put_records().stream_name(stream).set_records(Some(entries)).send().await;
+                // After the stop the streams are deleted under a call in flight: not worth a line.
+                if let Err(e) = put
+                    && !stop.is_cancelled()
+                {
+                    eprintln!("scale producer: {e}");
                 }
             }
             n += 1;
@@ -334,7 +345,7 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
     let mut leased_at = None;
     let mut balanced_at = None;
     let mut table_bytes = 0;
-    while started.elapsed() < PHASE_TIMEOUT * 2 && balanced_at.is_none() {
+    while started.elapsed() < *PHASE_TIMEOUT * 2 && balanced_at.is_none() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (now, bytes) = owners(&dynamodb, &table).await;
         if leased_at.is_none() && all_leased(&now, shards) {
@@ -344,7 +355,7 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
             balanced_at = Some(started.elapsed());
             table_bytes = bytes;
         }
-        if leased_at.is_none() && started.elapsed() > PHASE_TIMEOUT {
+        if leased_at.is_none() && started.elapsed() > *PHASE_TIMEOUT {
             break;
         }
     }
@@ -416,7 +427,7 @@ async fn single(shards: usize, setup: &Setup) -> String {
         .replacen(&format!("streams: [{{name: {}}}]", streams[0]), &format!("streams: [{}]", stream_list(&streams)), 1);
     let worker = common::spawn(&config, "scale-one");
     let started = Instant::now();
-    while worker.held_shards().len() < shards && started.elapsed() < PHASE_TIMEOUT {
+    while worker.held_shards().len() < shards && started.elapsed() < *PHASE_TIMEOUT {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let leased = started.elapsed();

@@ -283,7 +283,9 @@ pub struct LeaseTimingSpec {
     pub segment_rows: Option<i32>,
 }
 
-/// How workers read the lease table.
+/// How workers read the lease table. Default `segmented`: each worker reads two segments of the table
+/// per scan, the whole table rarely, so reads do not grow with the number of workers; `full`: every
+/// worker reads the whole table every scan interval.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum LeaseScan {

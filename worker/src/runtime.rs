@@ -3,8 +3,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio_util::sync::CancellationToken;
 use leasehold_crds::LeaseScan;
+use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
 use crate::config::WorkerConfig;

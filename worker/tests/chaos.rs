@@ -6,7 +6,8 @@
 //! `LEASEHOLD_CHAOS_SEED` replays a run (each round prints its own seed, which replays that round
 //! alone), `LEASEHOLD_CHAOS_ROUNDS` (default 1) and `LEASEHOLD_CHAOS_SECONDS` (nemesis time per round,
 //! default 60) size it, `LEASEHOLD_CHAOS_WORKERS` (4) and `LEASEHOLD_CHAOS_SHARDS` (8) shape it, and
-//! `LEASEHOLD_CHAOS_VERBOSE=1` prints the nemesis as it acts. `make chaos` runs it alone.
+//! `LEASEHOLD_CHAOS_VERBOSE=1` prints the nemesis as it acts; `LEASEHOLD_CHAOS_SCAN` (`segmented`, or
+//! `full`) and `LEASEHOLD_CHAOS_SEGMENT_ROWS` (2) choose how the workers read the lease table. `make chaos` runs it alone.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -98,7 +99,13 @@ async fn round(seed: u64, seconds: u64, workers: usize, shards: i32, faketime: P
     // page that outlasts the SDK's 3 s attempt timeout is retried whole forever (reported, seed
     // 4491231873834608077), which would stall a shard for the rest of the round.
     let extra = format!("{extra}reader: {{idleTime: 100ms, maxRecords: 50}}\n");
-    let config = common::config(&stream, Some(&table), &extra);
+    // The lease table read in segments of about 2 rows (4 segments over 4 workers and 8 shards), so
+    // the nemesis hits workers that each read only part of it; LEASEHOLD_CHAOS_SCAN=full runs the
+    // whole-table reads instead.
+    let scan = std::env::var("LEASEHOLD_CHAOS_SCAN").unwrap_or_else(|_| "segmented".into());
+    let segment_rows = env_u64("LEASEHOLD_CHAOS_SEGMENT_ROWS", 2);
+    let timing = common::FAST_TIMING.replace('}', &format!(", scan: {scan}, segmentRows: {segment_rows}}}"));
+    let config = common::config_with_timing(&stream, Some(&table), &timing, &extra);
     let dir = std::env::temp_dir().join("leasehold-tests").join(leasehold_testkit::unique_name("chaos"));
     std::fs::create_dir_all(&dir).expect("chaos dir");
     let cluster = Arc::new(Cluster::new(&stream, config, workers, workers.min(2), Some(faketime), &dir).await);

@@ -525,6 +525,65 @@ async fn membership_rows_count_live_workers<H: Harness>(h: &H) {
     assert!(b.list().await.unwrap().members.is_empty());
 }
 
+async fn segments_split_the_table_and_watch_expiry_like_a_whole_read<H: Harness>(h: &H) {
+    let (a, b_clock) = (h.store("a", clock()), clock());
+    let b = h.store("b", b_clock.clone());
+    for shard in 0..40 {
+        a.create_if_absent(&new_lease(&key(shard))).await.unwrap();
+    }
+    a.heartbeat().await.unwrap();
+    let term = leasehold_worker::lease::term_key("discovery");
+    a.create_if_absent(&new_lease(&term)).await.unwrap();
+    let whole = b.list().await.unwrap();
+    assert_eq!((whole.leases.len(), whole.members.len(), whole.terms.len()), (40, 1, 1), "a term row is no lease");
+    for total in [1u32, 2, 3, 7] {
+        let mut seen: Vec<String> = Vec::new();
+        let mut members = 0;
+        let mut terms = 0;
+        let mut nonempty = 0;
+        for segment in 0..total {
+            let page = b.list_segment(segment, total).await.unwrap();
+            nonempty += usize::from(!page.leases.is_empty());
+            seen.extend(page.leases.iter().map(|l| l.key.to_string()));
+            members += page.members.len();
+            terms += page.terms.len();
+        }
+        seen.sort();
+        let mut want: Vec<String> = whole.leases.iter().map(|l| l.key.to_string()).collect();
+        want.sort();
+        assert_eq!(seen, want, "{total} segments hold every lease row exactly once");
+        assert_eq!((members, terms), (1, 1), "and every other row exactly once");
+        assert!(nonempty >= usize::try_from(total).unwrap().min(2), "the rows are spread over the segments");
+    }
+    // A segment read records what it saw as a whole read does: a lease and the term row taken over
+    // after their counters stood still for a duration on the reader's own clock, not before.
+    let lease = a.acquire(&read(a.as_ref(), &key(5)).await).await.unwrap();
+    let term_row = a.get(&term).await.unwrap().unwrap();
+    let held_term = a.acquire(&term_row).await.unwrap();
+    let in_segment = |page: &leasehold_worker::lease::LeasePage, k: &LeaseKey| {
+        page.leases.iter().chain(&page.terms).find(|l| &l.key == k).cloned()
+    };
+    let mut found = Vec::new();
+    for k in [&lease.key, &held_term.key] {
+        for segment in 0..3 {
+            if let Some(row) = in_segment(&b.list_segment(segment, 3).await.unwrap(), k) {
+                found.push((segment, row));
+            }
+        }
+    }
+    assert_eq!(found.len(), 2);
+    for (_, row) in &found {
+        assert!(matches!(b.acquire(row).await, Err(LeaseError::HeldByOther { .. })), "live: {row:?}");
+    }
+    b_clock.advance(LEASE);
+    for (segment, row) in &found {
+        let again = in_segment(&b.list_segment(*segment, 3).await.unwrap(), &row.key).unwrap();
+        let taken = b.acquire(&again).await.expect("still for a duration on b's clock");
+        assert_eq!(taken.owner.as_deref(), Some("b"));
+    }
+    assert!(a.renew(&lease).await.unwrap_err().is_not_held(), "the former holder's renewal is refused");
+}
+
 macro_rules! conformance {
     ($harness:ident: $($case:ident),* $(,)?) => {
         $(
@@ -564,6 +623,7 @@ macro_rules! suite {
                     replace_swaps_an_unchanged_row_and_revokes_its_holder,
                     handoff_request_leaves_the_counter_and_release_to_transfers,
                     membership_rows_count_live_workers,
+                    segments_split_the_table_and_watch_expiry_like_a_whole_read,
                 );
             }
         )*

@@ -103,6 +103,12 @@ pub struct Coordinator {
     free_since: HashMap<LeaseKey, (u64, Instant)>,
     /// `scan: segmented`: the discovery term, while this worker holds it.
     term: Option<Arc<HeldLease>>,
+    /// `scan: segmented`: the segments this worker read last (of how many), logged when they change.
+    reading: (u32, Vec<u32>),
+    /// `scan: segmented`: segments given up (of how many), still read until the instant given.
+    handing_over: Vec<(u32, Vec<u32>, Instant)>,
+    /// `scan: segmented`: askers of handoffs already judged on a whole read.
+    strangers: HashSet<String>,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -150,6 +156,9 @@ impl Coordinator {
             last_whole: Instant::now(),
             free_since: HashMap::new(),
             term: None,
+            reading: (0, Vec::new()),
+            strangers: HashSet::new(),
+            handing_over: Vec::new(),
         }
     }
 
@@ -294,7 +303,19 @@ impl Coordinator {
             }
         }
         for lease in moves.ask {
-            match self.store.request_handoff(&lease).await {
+            let mut placed = self.store.request_handoff(&lease).await;
+            if segmented && matches!(placed, Err(LeaseError::ConditionFailed { .. })) {
+                // The holder renewed since the whole read (likely on a large table): read the row
+                // again and ask once more if it is still the holder's and nobody else asked, rather
+                // than wait a renew interval for the next whole read.
+                if let Ok(Some(now)) = self.store.get(&lease.key).await
+                    && now.owner == lease.owner
+                    && now.handoff_to.is_none()
+                {
+                    placed = self.store.request_handoff(&now).await;
+                }
+            }
+            match placed {
                 Ok(_) => {
                     tracing::info!(shard = %lease.key, holder = lease.owner.as_deref().unwrap_or("-"), "asked for a handoff");
                     self.requested.insert(lease.key.clone(), Instant::now());
@@ -432,6 +453,13 @@ impl Coordinator {
         // Every shard finishes its records and runs its processor's closing hook at once, all under
         // one deadline.
         let deadline = Instant::now() + self.settings.graceful_timeout;
+        // With segmented scans the others see the freed rows in their segments and read the whole
+        // table then: leaving first makes that read show the group without this worker, so the freed
+        // rows count in their shares and are taken at once rather than after a renew interval.
+        let left_first = matches!(self.settings.scan, ScanMode::Segmented { .. }) && self.settings.assigned.is_none();
+        if left_first && let Err(e) = self.store.leave().await {
+            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
+        }
         for running in self.running.values() {
             running.stop.cancel();
         }
@@ -457,6 +485,7 @@ impl Coordinator {
             }
         }
         if self.settings.assigned.is_none()
+            && !left_first
             && let Err(e) = self.store.leave().await
         {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");

@@ -25,8 +25,8 @@ use tokio::time::Instant;
 use super::balance::active;
 use super::segments::{segment_count, watched};
 use super::{Coordinator, Read};
-use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, term_key};
 use crate::lease::renew_until_lost;
+use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, term_key};
 
 /// The name of the shard discovery's term row.
 const DISCOVERY_TERM: &str = "discovery";
@@ -78,17 +78,53 @@ impl Coordinator {
         {
             let members = view.live(self.owner());
             let total = segment_count(view.rows(), members.len(), rows_per_segment);
-            let mut page = LeasePage::default();
-            for segment in watched(&members, total, self.owner()) {
-                page.absorb(self.store.list_segment(segment, total).await?);
+            let mine = watched(&members, total, self.owner());
+            if self.reading != (total, mine.clone()) {
+                tracing::info!(total, segments = ?mine, workers = members.len(), "reading segments of the lease table");
+                let given_up = std::mem::replace(&mut self.reading, (total, mine.clone()));
+                if given_up.0 > 0 {
+                    // Kept being read for a lease duration: the new readers of these rows start
+                    // watching them now, and a dead worker's lease there must not wait for them.
+                    let until = now + self.store.settings().duration;
+                    self.handing_over.push((given_up.0, given_up.1, until));
+                }
             }
-            let read: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
-            let pending: Vec<LeaseKey> = self.requested.keys().filter(|k| !read.contains(*k)).cloned().collect();
-            for key in pending {
-                // Handed over yet? One small read while the request is pending, instead of a scan.
-                match self.store.get(&key).await {
-                    Ok(Some(lease)) => page.leases.push(lease),
-                    Ok(None) => {}
+            self.handing_over.retain(|(_, _, until)| now < *until);
+            let mut reads: Vec<(u32, u32)> = mine.iter().map(|&segment| (segment, total)).collect();
+            for (old_total, segments, _) in &self.handing_over {
+                reads.extend(segments.iter().map(|&segment| (segment, *old_total)));
+            }
+            reads.sort_unstable();
+            reads.dedup();
+            // The segments and the rows asked for, read at once: a scan takes one round trip, as a
+            // whole read does, however many segments (a slow scan delays the membership heartbeat).
+            let store = self.store.clone();
+            let segments = futures::future::try_join_all(reads.iter().map(|&(segment, total)| {
+                let store = store.clone();
+                async move { store.list_segment(segment, total).await }
+            }));
+            // Handed over yet? One small read per pending request, instead of a scan.
+            let pending: Vec<LeaseKey> = self.requested.keys().cloned().collect();
+            let requested = futures::future::join_all(pending.iter().map(|key| {
+                let store = store.clone();
+                async move { (key, store.get(key).await) }
+            }));
+            let (segments, requested) = futures::future::join(segments, requested).await;
+            let mut page = LeasePage::default();
+            for part in segments? {
+                page.absorb(part);
+            }
+            // Segments of two splits overlap: each row once.
+            let mut read: HashSet<LeaseKey> = HashSet::new();
+            page.leases.retain(|l| read.insert(l.key.clone()));
+            let mut members: HashSet<String> = HashSet::new();
+            page.members.retain(|m| members.insert(m.owner.clone()));
+            let mut terms: HashSet<LeaseKey> = HashSet::new();
+            page.terms.retain(|t| terms.insert(t.key.clone()));
+            for (key, got) in requested {
+                match got {
+                    Ok(Some(lease)) if !read.contains(key) => page.leases.push(lease),
+                    Ok(_) => {}
                     Err(e) => tracing::debug!(shard = %key, error = %e, "requested lease not read"),
                 }
             }
@@ -102,6 +138,20 @@ impl Coordinator {
             tracing::debug!("the group changed: reading the whole table");
         }
         let page = self.store.list_segment(0, 1).await?;
+        // Askers this read is about to judge: a request from one of them that the whole table does not
+        // show (it left, or its row was removed) calls for no further whole read.
+        if self.strangers.len() > 1_000 {
+            self.strangers.clear();
+        }
+        let askers: Vec<String> = self
+            .running
+            .values()
+            .filter_map(|r| r.held.latest().handoff_to)
+            .chain(
+                page.leases.iter().filter(|l| self.running.contains_key(&l.key)).filter_map(|l| l.handoff_to.clone()),
+            )
+            .collect();
+        self.strangers.extend(askers);
         let mut view = TableView::default();
         view.merge(&page);
         let workers = u32::try_from(view.live(self.owner()).len()).unwrap_or(u32::MAX);
@@ -135,13 +185,15 @@ impl Coordinator {
             None => member.owner != me,
             Some(before) => before.alive != member.alive,
         });
+        // A request from a worker the view does not know (it joined since the last whole read): read
+        // the group to judge it. A request from a worker known dead is ignored, as `plan` does.
         let strangers = page
             .leases
             .iter()
             .filter(|lease| self.running.contains_key(&lease.key))
             .filter_map(|lease| lease.handoff_to.clone())
             .chain(self.running.values().filter_map(|r| r.held.latest().handoff_to))
-            .any(|asker| !alive(&asker));
+            .any(|asker| !alive(&asker) && !view.members.contains_key(&asker) && !self.strangers.contains(&asker));
         rows || members || strangers
     }
 
@@ -196,8 +248,7 @@ impl Coordinator {
             orphans.push(lease);
         }
         let view = self.view.as_ref();
-        self.free_since
-            .retain(|key, _| view.and_then(|v| v.leases.get(key)).is_some_and(|l| l.owner.is_none()));
+        self.free_since.retain(|key, _| view.and_then(|v| v.leases.get(key)).is_some_and(|l| l.owner.is_none()));
         orphans
     }
 
@@ -250,8 +301,12 @@ impl Coordinator {
         let row = match page.terms.iter().find(|t| t.key == key) {
             Some(row) => row.clone(),
             None if whole => {
-                let new =
-                    NewLease { key: key.clone(), checkpoint: Checkpoint::TrimHorizon, parent_shard_ids: vec![], stream_created: None };
+                let new = NewLease {
+                    key: key.clone(),
+                    checkpoint: Checkpoint::TrimHorizon,
+                    parent_shard_ids: vec![],
+                    stream_created: None,
+                };
                 if let Err(e) = self.store.create_if_absent(&new).await {
                     tracing::debug!(error = %e, "discovery term row not created");
                     return;
@@ -266,7 +321,10 @@ impl Coordinator {
         let sent = Instant::now();
         match self.store.acquire(&row).await {
             Ok(acquired) => {
-                tracing::info!(counter = acquired.counter, "discovery term taken: this worker lists the shards for the group");
+                tracing::info!(
+                    counter = acquired.counter,
+                    "discovery term taken: this worker lists the shards for the group"
+                );
                 let held = Arc::new(HeldLease::new(self.store.clone(), acquired, sent));
                 let metrics = self.metrics().clone();
                 tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, move || {

@@ -86,7 +86,9 @@ const LIST_SHARDS_THROTTLE_RETRIES: u32 = 8;
 /// The wait before asking a throttled ListShards page again for the `attempt`-th time: 200 ms
 /// doubling to 5 s, with up to half of it added at random so a group does not retry in step.
 fn list_shards_backoff(attempt: u32) -> std::time::Duration {
-    let base = std::time::Duration::from_millis(200).saturating_mul(1 << attempt.min(5)).min(std::time::Duration::from_secs(5));
+    let base = std::time::Duration::from_millis(200)
+        .saturating_mul(1 << attempt.min(5))
+        .min(std::time::Duration::from_secs(5));
     let jitter = base.mul_f64(rand::random::<f64>() / 2.0);
     base + jitter
 }
@@ -218,7 +220,7 @@ impl Kinesis {
                     KinesisError::Throttled(message) if throttled < LIST_SHARDS_THROTTLE_RETRIES => {
                         let wait = list_shards_backoff(throttled);
                         throttled += 1;
-                        tracing::debug!(stream, message, ?wait, "ListShards throttled; retrying the page");
+                        tracing::info!(stream, error = message, ?wait, "ListShards throttled; retrying the page");
                         tokio::time::sleep(wait).await;
                         continue;
                     }

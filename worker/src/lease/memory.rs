@@ -49,7 +49,9 @@ impl MemoryLeaseTable {
 /// Which of `total` segments the row `key` falls in: FNV-1a of the key, as DynamoDB places a row in a
 /// parallel Scan's segment by a hash of its key (any fixed hash splits the table the same way).
 fn segment_of(key: &str, total: u32) -> u32 {
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3));
+    let hash = key
+        .bytes()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3));
     u32::try_from(hash % u64::from(total.max(1))).unwrap_or(0)
 }
 

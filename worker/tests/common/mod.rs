@@ -20,6 +20,13 @@ pub fn config(stream: &str, table: Option<&str>, extra: &str) -> String {
 
 /// A worker config for `stream` on the emulators with `timing` (a `lease:` line) instead of the fast one.
 pub fn config_with_timing(stream: &str, table: Option<&str>, timing: &str, extra: &str) -> String {
+    // LEASEHOLD_TEST_SCAN=full (or segmented) runs a suite with that `lease.scan`, to compare the two.
+    let timing = match std::env::var("LEASEHOLD_TEST_SCAN") {
+        Ok(scan) if timing.contains("lease: {") && !timing.contains("scan:") => {
+            timing.replacen("lease: {", &format!("lease: {{scan: {scan}, "), 1)
+        }
+        _ => timing.to_string(),
+    };
     let kinesis = leasehold_testkit::endpoint(leasehold_testkit::Service::Kinesis);
     let dynamodb = leasehold_testkit::endpoint(leasehold_testkit::Service::DynamoDb);
     let table = table.map(|t| format!("leaseTable: {{name: {t}}}\n")).unwrap_or_default();

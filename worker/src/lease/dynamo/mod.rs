@@ -96,7 +96,12 @@ impl DynamoLeaseStore {
     }
 
     /// One consistent Scan page, of segment `(segment, total)` when given.
-    async fn scan_page(&self, segments: Option<(u32, u32)>, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
+    async fn scan_page(
+        &self,
+        segments: Option<(u32, u32)>,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
         let start_key =
             start.map(|token| HashMap::from([(attr::LEASE_KEY.to_string(), AttributeValue::S(token.0.clone()))]));
         let mut request = self

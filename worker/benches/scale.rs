@@ -64,7 +64,9 @@ impl Setup {
             seconds: env_or("LEASEHOLD_SCALE_WINDOW", "60").parse().expect("LEASEHOLD_SCALE_WINDOW"),
             idle: (idle != "auto").then_some(idle),
             sync: env_or("LEASEHOLD_SCALE_SYNC", "60s"),
-            stream_shards: env_or("LEASEHOLD_SCALE_STREAM_SHARDS", "100").parse().expect("LEASEHOLD_SCALE_STREAM_SHARDS"),
+            stream_shards: env_or("LEASEHOLD_SCALE_STREAM_SHARDS", "100")
+                .parse()
+                .expect("LEASEHOLD_SCALE_STREAM_SHARDS"),
         }
     }
 
@@ -85,7 +87,12 @@ impl Setup {
 }
 
 /// Streams making up `shards` shards, at most `per_stream` each, created and ACTIVE.
-async fn create_streams(kinesis: &aws_sdk_kinesis::Client, prefix: &str, shards: usize, per_stream: usize) -> Vec<String> {
+async fn create_streams(
+    kinesis: &aws_sdk_kinesis::Client,
+    prefix: &str,
+    shards: usize,
+    per_stream: usize,
+) -> Vec<String> {
     let mut names = Vec::new();
     let mut left = shards;
     while left > 0 {
@@ -335,7 +342,10 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
         .map(|owner| {
             let (config, owner, factory, token) = (config.clone(), owner.clone(), factory.clone(), shutdown.clone());
             tokio::spawn(async move {
-                if let Err(e) = leasehold_worker::runtime::run(config, owner.clone(), factory, Arc::new(Metrics::default()), token).await {
+                if let Err(e) =
+                    leasehold_worker::runtime::run(config, owner.clone(), factory, Arc::new(Metrics::default()), token)
+                        .await
+                {
                     eprintln!("{owner}: {e}");
                 }
             })
@@ -351,15 +361,19 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
         if leased_at.is_none() && all_leased(&now, shards) {
             leased_at = Some(started.elapsed());
         }
+        if bytes > 0 {
+            table_bytes = bytes;
+        }
         if leased_at.is_some() && balanced(&now, shards, &names) {
             balanced_at = Some(started.elapsed());
-            table_bytes = bytes;
         }
         if leased_at.is_none() && started.elapsed() > *PHASE_TIMEOUT {
             break;
         }
     }
-    let secs = |d: Option<Duration>| d.map_or(format!("> {} s", PHASE_TIMEOUT.as_secs()), |d| format!("{:.1} s", d.as_secs_f64()));
+    let secs = |d: Option<Duration>| {
+        d.map_or(format!("> {} s", PHASE_TIMEOUT.as_secs()), |d| format!("{:.1} s", d.as_secs_f64()))
+    };
     eprintln!("scale {}: {workers} x {shards}: leased {}, balanced {}", design.0, secs(leased_at), secs(balanced_at));
     // Let the joins' handoffs and the first renewals of the last takers settle.
     tokio::time::sleep(Duration::from_secs(10)).await;
@@ -423,8 +437,13 @@ async fn single(shards: usize, setup: &Setup) -> String {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let streams = create_streams(&kinesis, "scale-one", shards, setup.stream_shards).await;
     let table = leasehold_testkit::unique_name("scale-one");
-    let config = common::config_with_timing(&streams[0], Some(&table), &setup.lease(""), &format!("startPosition: LATEST\n{}", setup.reader(shards)))
-        .replacen(&format!("streams: [{{name: {}}}]", streams[0]), &format!("streams: [{}]", stream_list(&streams)), 1);
+    let config = common::config_with_timing(
+        &streams[0],
+        Some(&table),
+        &setup.lease(""),
+        &format!("startPosition: LATEST\n{}", setup.reader(shards)),
+    )
+    .replacen(&format!("streams: [{{name: {}}}]", streams[0]), &format!("streams: [{}]", stream_list(&streams)), 1);
     let worker = common::spawn(&config, "scale-one");
     let started = Instant::now();
     while worker.held_shards().len() < shards && started.elapsed() < *PHASE_TIMEOUT {

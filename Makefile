@@ -67,6 +67,7 @@ bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench runtime
 	cargo bench -p leasehold-worker --bench processors
 	cargo bench -p leasehold-worker --bench dispatch
+	cargo bench -p leasehold-worker --bench scale
 	cargo bench -p leasehold-operator --bench consumers
 	$(MAKE) bench-kcl
 

@@ -4,6 +4,7 @@
 //! A test that needs an emulator and cannot reach it panics with a message saying how to start it;
 //! nothing here ever skips a test.
 
+pub mod dynamo_meter;
 pub mod fanout;
 mod fault;
 pub mod kinesis;

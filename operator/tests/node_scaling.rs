@@ -74,9 +74,7 @@ async fn balanced(
     let live = ready_pods(pods).await;
     let owners = open_owners(kinesis, dynamodb, stream, table).await;
     let holders: HashSet<&String> = owners.values().collect();
-    live.len() == want_pods
-        && owners.values().all(|o| live.contains(o))
-        && live.iter().all(|p| holders.contains(p))
+    live.len() == want_pods && owners.values().all(|o| live.contains(o)) && live.iter().all(|p| holders.contains(p))
 }
 
 fn batch(from: u64, to: u64) -> Vec<(String, Vec<u8>)> {

@@ -1,4 +1,4 @@
-//! `lease.scan: segmented` (the default) with the table split into several segments (`segmentRows`
+//! `lease.scan: segmented` (opt-in, experimental) with the table split into several segments (`segmentRows`
 //! small), so each worker reads only part of it: a dead worker's shards are still taken within a
 //! lease duration and a second, a joiner gets its share within 10 s, and the shard list is synced by
 //! one worker, whose loss another takes over.

@@ -18,7 +18,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use leasehold_testkit::kinesis::{numbered, put_records};
 use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
-use node::{Logs, Node, kubectl, missing_and_repeats};
+use node::{Logs, Node, kubectl, missing_and_repeats, ready};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -62,11 +62,6 @@ async fn owners(store: &DynamoLeaseStore) -> BTreeMap<String, String> {
 async fn live_pods(pods: &Api<Pod>) -> Vec<Pod> {
     let list = pods.list(&ListParams::default().labels(SELECTOR)).await.map(|l| l.items).unwrap_or_default();
     list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
-}
-
-fn ready(pod: &Pod) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// Polls `done` every 100 ms for at most `limit`; returns how long it took (or `limit`).
@@ -114,16 +109,7 @@ async fn main() {
     println!("    namespace {ns} (Pod Security: restricted), Kinesis stream {stream} with 4 shards");
 
     say(&format!("Starting the operator; worker pods run the image {}", node::worker_image()));
-    let mut operator = std::process::Command::new(&operator_bin)
-        .args(["--namespace", &ns, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "2s"])
-        .args(["--worker-image", &node::worker_image()])
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .env("AWS_ACCESS_KEY_ID", "leasehold-demo")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-demo")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the operator");
+    let mut operator = node::spawn_operator(std::path::Path::new(&operator_bin), &ns, "2s");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let stop = CancellationToken::new();
     let logs = Logs::follow(pods.clone(), SELECTOR, stop.clone());
@@ -136,8 +122,8 @@ async fn main() {
         "lease": {"duration": "4s", "renewInterval": "1s", "scanInterval": "500ms"},
         "processor": {"stdout": {}},
         "template": {"spec": {"containers": [{"name": "worker", "imagePullPolicy": "Never", "env": [
-            {"name": "AWS_ACCESS_KEY_ID", "value": "leasehold-demo"},
-            {"name": "AWS_SECRET_ACCESS_KEY", "value": "leasehold-demo"}]}]}}
+            {"name": "AWS_ACCESS_KEY_ID", "value": "leasehold-test"},
+            {"name": "AWS_SECRET_ACCESS_KEY", "value": "leasehold-test"}]}]}}
     });
     say("kubectl apply -f orders.yaml (lease shortened to 4 s for the demo; the images are local, never pulled):");
     let manifest = json!({"apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer",

@@ -49,9 +49,7 @@ async fn worker_pods(pods: &Api<Pod>) -> Vec<Pod> {
 }
 
 fn ready(pod: &Pod) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    pod.metadata.deletion_timestamp.is_none()
-        && conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+    pod.metadata.deletion_timestamp.is_none() && node::ready(pod)
 }
 
 fn worker_status(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::ContainerStatus> {
@@ -73,30 +71,13 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let client = support::client().await;
     support::install_crd(&client).await;
     let ns = support::create_namespace(&client, "node", true).await;
-    wait("default service account", SLOW, || async {
-        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &ns)
-            .get_opt("default")
-            .await
-            .ok()
-            .flatten()
-            .is_some()
-    })
-    .await;
+    support::wait_for_default_service_account(&client, &ns, SLOW).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "node", 4).await;
     let table = leasehold_testkit::unique_name("node");
 
-    let mut operator = std::process::Command::new(operator_binary())
-        .args(["--namespace", &ns, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "1s"])
-        .args(["--worker-image", &node::worker_image()])
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the operator");
+    let mut operator = node::spawn_operator(&operator_binary(), &ns, "1s");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let stop = CancellationToken::new();
     let logs = Logs::follow(pods.clone(), SELECTOR, stop.clone());

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use leasehold_testkit::kinesis::{numbered, open_shards, put_records, split};
-use node::{HTTP_SINK_IMAGE, Logs, Node, kubectl, missing_and_repeats};
+use node::{HTTP_SINK_IMAGE, Logs, Node, kubectl, missing_and_repeats, ready};
 use serde_json::json;
 use support::wait;
 use tokio_util::sync::CancellationToken;
@@ -32,11 +32,6 @@ fn operator_binary() -> std::path::PathBuf {
 async fn worker_pods(pods: &Api<Pod>) -> Vec<Pod> {
     let list = pods.list(&ListParams::default().labels(SELECTOR)).await.map(|l| l.items).unwrap_or_default();
     list.into_iter().filter(|p| p.metadata.deletion_timestamp.is_none()).collect()
-}
-
-fn ready(pod: &Pod) -> bool {
-    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
-    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 async fn ready_pods(pods: &Api<Pod>) -> HashSet<String> {
@@ -93,30 +88,13 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     let client = support::client().await;
     support::install_crd(&client).await;
     let ns = support::create_namespace(&client, "scale", true).await;
-    wait("default service account", SLOW, || async {
-        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &ns)
-            .get_opt("default")
-            .await
-            .ok()
-            .flatten()
-            .is_some()
-    })
-    .await;
+    support::wait_for_default_service_account(&client, &ns, SLOW).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "scale", 2).await;
     let table = leasehold_testkit::unique_name("scale");
 
-    let mut operator = std::process::Command::new(operator_binary())
-        .args(["--namespace", &ns, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", "1s"])
-        .args(["--worker-image", &node::worker_image()])
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start the operator");
+    let mut operator = node::spawn_operator(&operator_binary(), &ns, "1s");
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
     let stop = CancellationToken::new();
     let sink_logs = Logs::follow_container(pods.clone(), SELECTOR, "sink", stop.clone());

@@ -89,6 +89,27 @@ pub fn worker_image() -> String {
     format!("ghcr.io/leasehold/worker:{}", env!("CARGO_PKG_VERSION"))
 }
 
+/// The operator as a process watching `namespace`, its worker pods running [`worker_image`] (polling
+/// shard counts every `poll`).
+pub fn spawn_operator(binary: &std::path::Path, namespace: &str, poll: &str) -> std::process::Child {
+    std::process::Command::new(binary)
+        .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", poll])
+        .args(["--worker-image", &worker_image()])
+        .env("KUBECONFIG", crate::support::kubeconfig_path())
+        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
+        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+}
+
+/// True once the pod's Ready condition is True.
+pub fn ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// The http processor's test sidecar (`worker/examples/http_sink.rs`), built by `make images`.
 pub const HTTP_SINK_IMAGE: &str = "leasehold.local/http-sink:test";
 

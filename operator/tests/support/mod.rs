@@ -79,16 +79,7 @@ impl TestNamespace {
         let client = client().await;
         install_crd(&client).await;
         let name = create_namespace(&client, prefix, true).await;
-        // The controller-manager creates the default ServiceAccount, without which no pod is admitted.
-        wait("default service account", Duration::from_secs(20), || async {
-            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &name)
-                .get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .is_some()
-        })
-        .await;
+        wait_for_default_service_account(&client, &name, Duration::from_secs(20)).await;
         let settings = Settings {
             worker_image: "leasehold/worker:test".into(),
             shard_poll_interval: Duration::from_secs(1),
@@ -212,6 +203,20 @@ pub fn spawn_operator_on(
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+}
+
+/// Waits until the controller-manager has made `namespace`'s default ServiceAccount, without which no
+/// pod is admitted.
+pub async fn wait_for_default_service_account(client: &Client, namespace: &str, timeout: Duration) {
+    wait("default service account", timeout, || async {
+        Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
+            .get_opt("default")
+            .await
+            .ok()
+            .flatten()
+            .is_some()
+    })
+    .await;
 }
 
 /// Endpoints of the emulators for `spec.aws`.

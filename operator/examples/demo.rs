@@ -4,6 +4,7 @@
 //! shows the table, the workers and who holds which shard, produces records, kills a worker and shows
 //! its shards move, then deletes everything.
 
+mod narration;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
@@ -13,33 +14,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
-use leasehold_testkit::kinesis::{numbered, put_records};
-use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
+use leasehold_testkit::kinesis::put_records;
+use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings};
+use narration::{orders, say, show_leases};
 use serde_json::json;
 use support::kubelet::Kubelet;
-
-fn say(text: &str) {
-    println!("\n==> {text}");
-}
-
-fn orders(first: u64, last: u64) -> Vec<(String, Vec<u8>)> {
-    (first..last).flat_map(|n| (0..40).map(move |c| numbered(&format!("customer-{c}"), n))).collect()
-}
-
-async fn show_leases(store: &DynamoLeaseStore) {
-    let Ok(page) = store.list().await else { return };
-    let mut leases = page.leases;
-    leases.sort_by(|a, b| a.key.cmp(&b.key));
-    println!("    {:<22} {:<33} counter", "shard", "owner (pod)");
-    for lease in leases {
-        println!(
-            "    {:<22} {:<33} {}",
-            lease.key.shard_id(),
-            lease.owner.as_deref().unwrap_or("(free)"),
-            lease.counter
-        );
-    }
-}
 
 fn show_flow(kubelet: &Kubelet, seen: &mut BTreeMap<String, usize>) {
     let running = kubelet.running.lock().expect("running");

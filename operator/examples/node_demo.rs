@@ -5,6 +5,7 @@
 //! pod (SIGTERM: its shards move at once) and kills a worker's process (the kubelet restarts the
 //! container, which takes its own shards back), then deletes everything.
 
+mod narration;
 #[path = "../tests/node/mod.rs"]
 mod node;
 #[path = "../tests/support/mod.rs"]
@@ -16,40 +17,18 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
-use leasehold_testkit::kinesis::{numbered, put_records};
+use leasehold_testkit::kinesis::put_records;
 use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
+use narration::{orders, say, show_leases};
 use node::{Logs, Node, kubectl, missing_and_repeats, ready};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 const SELECTOR: &str = "leasehold.io/consumer=orders";
 
-fn say(text: &str) {
-    println!("\n==> {text}");
-}
-
 fn indent(text: &str) {
     for line in text.lines() {
         println!("    {line}");
-    }
-}
-
-fn orders(first: u64, last: u64) -> Vec<(String, Vec<u8>)> {
-    (first..last).flat_map(|n| (0..40).map(move |c| numbered(&format!("customer-{c}"), n))).collect()
-}
-
-async fn show_leases(store: &DynamoLeaseStore) {
-    let Ok(page) = store.list().await else { return };
-    let mut leases = page.leases;
-    leases.sort_by(|a, b| a.key.cmp(&b.key));
-    println!("    {:<22} {:<36} counter", "shard", "owner (pod)");
-    for lease in leases {
-        println!(
-            "    {:<22} {:<36} {}",
-            lease.key.shard_id(),
-            lease.owner.as_deref().unwrap_or("(free)"),
-            lease.counter
-        );
     }
 }
 

@@ -199,13 +199,7 @@ fn aws_error(status: StatusCode, error_type: &str) -> Response {
 async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
     let arrived = Instant::now();
     shared.requests.fetch_add(1, Ordering::SeqCst);
-    let operation = request
-        .headers()
-        .get("x-amz-target")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit('.').next())
-        .unwrap_or("")
-        .to_string();
+    let operation = crate::proxy::operation(&request);
     if shared.faults.cut.load(Ordering::SeqCst) {
         // A partition looks like a slow failure, not an instant one.
         tokio::time::sleep(Duration::from_millis(200)).await;

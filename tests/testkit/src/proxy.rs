@@ -87,14 +87,15 @@ impl FaultProxy {
     }
 }
 
+/// The API operation a request calls: the last part of its `X-Amz-Target` (`DynamoDB_20120810.Scan` ->
+/// `Scan`), or empty when it has none.
+pub fn operation(request: &Request) -> String {
+    let target = request.headers().get("x-amz-target").and_then(|v| v.to_str().ok());
+    target.and_then(|v| v.rsplit('.').next()).unwrap_or("").to_string()
+}
+
 async fn forward(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let operation = request
-        .headers()
-        .get("x-amz-target")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit('.').next())
-        .unwrap_or("")
-        .to_string();
+    let operation = crate::proxy::operation(&request);
     let count = {
         let mut counts = shared.counts.lock().expect("counts");
         let n = counts.entry(operation.clone()).or_default();

@@ -92,13 +92,7 @@ impl Drop for FanOutServer {
 
 /// Routes by `X-Amz-Target`: the calls served here, everything else to kinesalite.
 async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
-    let operation = request
-        .headers()
-        .get("x-amz-target")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.rsplit('.').next())
-        .unwrap_or("")
-        .to_string();
+    let operation = crate::proxy::operation(&request);
     let served = matches!(
         operation.as_str(),
         "RegisterStreamConsumer"

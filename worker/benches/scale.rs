@@ -17,6 +17,8 @@
 //!   100 workers listing 1,000 shards keep kinesalite busy on ListShards alone.
 //! - `LEASEHOLD_SCALE_STREAM_SHARDS`: shards per stream, default 100 (S shards are S/100 streams, all
 //!   in one lease table): a GetRecords on a 1,000-shard kinesalite stream costs about 3 on a 100-shard one.
+//! - `LEASEHOLD_SCALE_LOG`: a `RUST_LOG`-style filter for the runtimes' logs on stderr (each line names
+//!   its worker), default none.
 //! - `LEASEHOLD_SCALE_SINGLE`: lease counts for the one-worker memory and CPU figures, default `100,1000`.
 
 #[path = "../tests/common/mod.rs"]
@@ -39,6 +41,7 @@ use leasehold_worker::metrics::Metrics;
 use leasehold_worker::processor::shared;
 use leasehold_worker::{Outputs, ProcessError, Record, ShardProcessor, WorkerConfig};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Lease-table designs to compare: name and what it adds inside the `lease:` map of the config.
 /// `full-scan` is the design before issue 13 (every worker reads the whole table every `scanInterval`);
@@ -196,6 +199,13 @@ fn balanced(owners: &HashMap<String, Option<String>>, shards: usize, workers: &[
     max - min <= 1
 }
 
+/// How many shards each worker holds, in id order (free rows counted under "-").
+fn spread(owners: &HashMap<String, Option<String>>, workers: &[String]) -> Vec<usize> {
+    let mut held: Vec<usize> = workers.iter().map(|w| owners.values().filter(|o| o.as_deref() == Some(w)).count()).collect();
+    held.push(owners.values().filter(|o| o.is_none()).count());
+    held
+}
+
 fn moves(before: &HashMap<String, Option<String>>, after: &HashMap<String, Option<String>>) -> usize {
     after.iter().filter(|(key, owner)| before.get(*key).is_some_and(|b| b != *owner)).count()
 }
@@ -341,20 +351,25 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
         .iter()
         .map(|owner| {
             let (config, owner, factory, token) = (config.clone(), owner.clone(), factory.clone(), shutdown.clone());
-            tokio::spawn(async move {
-                if let Err(e) =
-                    leasehold_worker::runtime::run(config, owner.clone(), factory, Arc::new(Metrics::default()), token)
-                        .await
-                {
-                    eprintln!("{owner}: {e}");
+            let span = tracing::info_span!("worker", owner = %owner);
+            tokio::spawn(
+                async move {
+                    if let Err(e) =
+                        leasehold_worker::runtime::run(config, owner.clone(), factory, Arc::new(Metrics::default()), token)
+                            .await
+                    {
+                        eprintln!("{owner}: {e}");
+                    }
                 }
-            })
+                .instrument(span),
+            )
         })
         .collect();
 
     let mut leased_at = None;
     let mut balanced_at = None;
     let mut table_bytes = 0;
+    let mut last_spread_at = 0;
     while started.elapsed() < *PHASE_TIMEOUT * 2 && balanced_at.is_none() {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let (now, bytes) = owners(&dynamodb, &table).await;
@@ -366,6 +381,10 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
         }
         if leased_at.is_some() && balanced(&now, shards, &names) {
             balanced_at = Some(started.elapsed());
+        }
+        if started.elapsed().as_secs() / 10 != last_spread_at {
+            last_spread_at = started.elapsed().as_secs() / 10;
+            eprintln!("scale {}: {:>4} s: held per worker {:?}", design.0, started.elapsed().as_secs(), spread(&now, &names));
         }
         if leased_at.is_none() && started.elapsed() > *PHASE_TIMEOUT {
             break;
@@ -492,6 +511,12 @@ fn main() {
     unsafe {
         std::env::set_var("AWS_ACCESS_KEY_ID", "leasehold-test");
         std::env::set_var("AWS_SECRET_ACCESS_KEY", "leasehold-test");
+    }
+    if let Ok(filter) = std::env::var("LEASEHOLD_SCALE_LOG") {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .init();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("runtime");
     runtime.block_on(async {

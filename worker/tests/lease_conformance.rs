@@ -608,6 +608,22 @@ async fn segments_split_the_table_and_watch_expiry_like_a_whole_read<H: Harness>
     assert!(a.renew(&lease).await.unwrap_err().is_not_held(), "the former holder's renewal is refused");
 }
 
+async fn announcing_moves_only_the_change_rows_counter<H: Harness>(h: &H) {
+    let (a, b) = (h.store("a", clock()), h.store("b", clock()));
+    let changes = leasehold_worker::lease::changes_key();
+    assert!(b.get(&changes).await.unwrap().is_none(), "no row before the first change");
+    a.announce().await.unwrap();
+    let first = b.get(&changes).await.unwrap().expect("the first announce creates the row");
+    b.announce().await.unwrap();
+    a.announce().await.unwrap();
+    let row = b.get(&changes).await.unwrap().unwrap();
+    assert_eq!(row.counter, first.counter + 2, "every announce moves the counter by one, whoever writes it");
+    assert_eq!((row.owner, row.handoff_to), (None, None), "nobody holds the change row");
+    let page = b.list().await.unwrap();
+    assert!(page.leases.is_empty() && page.members.is_empty(), "it is neither a lease nor a member");
+    assert_eq!(page.terms.iter().filter(|t| t.key == changes).count(), 1, "it reads as a term row");
+}
+
 macro_rules! conformance {
     ($harness:ident: $($case:ident),* $(,)?) => {
         $(
@@ -648,6 +664,7 @@ macro_rules! suite {
                     handoff_request_leaves_the_counter_and_release_to_transfers,
                     membership_rows_count_live_workers,
                     segments_split_the_table_and_watch_expiry_like_a_whole_read,
+                    announcing_moves_only_the_change_rows_counter,
                 );
             }
         )*

@@ -28,7 +28,7 @@ use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit, ShardReader, run_shard};
 use balance::{Moves, View, plan};
 use outage::TableOutage;
-use segmented::TableView;
+use segmented::{GroupShape, TableView};
 
 /// How the coordinator reads the lease table (`lease.scan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,8 @@ pub struct Coordinator {
     reported_malformed: HashSet<String>,
     outage: TableOutage,
     next_sync: Instant,
-    next_heartbeat: Instant,
+    /// `scan: segmented`: when the group's change row is read next.
+    next_changes_check: Instant,
     /// When the soonest lease seen held by another worker could count as expired: scanned then rather
     /// than at the next regular tick, so failover does not wait out a scan interval.
     next_expiry: Option<Instant>,
@@ -99,6 +100,12 @@ pub struct Coordinator {
     whole_at: Instant,
     /// `scan: segmented`: when the whole table was last read.
     last_whole: Instant,
+    /// `scan: segmented`: the group as the last whole read showed it.
+    shape: Option<GroupShape>,
+    /// `scan: segmented`: the counter of the group's change row as last read.
+    changes_seen: Option<u64>,
+    /// `scan: segmented`: rows this scan's segment read showed freed since this worker last read them.
+    freed: HashSet<LeaseKey>,
     /// `scan: segmented`: free rows seen in this worker's reads, with the counter and since when.
     free_since: HashMap<LeaseKey, (u64, Instant)>,
     /// `scan: segmented`: the discovery term, while this worker holds it.
@@ -149,11 +156,14 @@ impl Coordinator {
             reported_malformed: HashSet::new(),
             outage,
             next_sync: Instant::now(),
-            next_heartbeat: Instant::now(),
+            next_changes_check: Instant::now(),
             next_expiry: None,
             view: None,
             whole_at: Instant::now(),
             last_whole: Instant::now(),
+            shape: None,
+            changes_seen: None,
+            freed: HashSet::new(),
             free_since: HashMap::new(),
             term: None,
             reading: (0, Vec::new()),
@@ -174,6 +184,12 @@ impl Coordinator {
     /// timeout), checkpoints and releases every lease, and leaves the group.
     pub async fn run(mut self, shutdown: CancellationToken) {
         tracing::info!(owner = self.owner(), "worker started");
+        // The membership row beats on its own task: a slow scan (many takes on a loaded table) must not
+        // make the others judge this worker silent.
+        let beating = CancellationToken::new();
+        let beat = self.settings.assigned.is_none().then(|| {
+            tokio::spawn(beat(self.store.clone(), self.settings.renew_interval, self.metrics().clone(), beating.clone()))
+        });
         let mut scan = tokio::time::interval(self.settings.scan_interval);
         scan.set_missed_tick_behavior(MissedTickBehavior::Delay);
         loop {
@@ -185,6 +201,11 @@ impl Coordinator {
                 _ = sleep_until_some(self.next_expiry) => self.tick().await,
             }
         }
+        // Stopped before leaving, so no beat recreates the row once it is deleted.
+        beating.cancel();
+        if let Some(beat) = beat {
+            let _ = beat.await;
+        }
         self.shut_down().await;
     }
 
@@ -193,13 +214,9 @@ impl Coordinator {
         if !self.outage.ready(now) {
             return;
         }
-        if self.settings.assigned.is_none() && now >= self.next_heartbeat {
-            self.next_heartbeat = now + self.settings.renew_interval;
-            if let Err(e) = self.store.heartbeat().await {
-                self.metrics().lease_table_failures.inc();
-                self.outage.failed("membership heartbeat", &e, now);
-                self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
-            }
+        if matches!(self.settings.scan, ScanMode::Segmented { .. }) && now >= self.next_changes_check {
+            self.next_changes_check = now + self.settings.renew_interval;
+            self.watch_changes(now).await;
         }
         let read = match self.settings.scan {
             ScanMode::Full => self.store.list().await.map(|page| Read { page, whole: true }),
@@ -228,6 +245,9 @@ impl Coordinator {
             let report = self.sync.sync(self.store.as_ref(), &page.leases).await;
             tracing::debug!(?report, "shard sync");
             self.next_sync = now + self.settings.shard_sync_interval;
+            if report.created + report.deleted + report.foreign > 0 {
+                self.announce("shard rows created or removed").await;
+            }
         }
         // A row that shows another owner means our lease is gone, whatever the renewer has seen so far;
         // so does a row replaced for a new incarnation of its stream (its owner kept until our next write).
@@ -266,9 +286,11 @@ impl Coordinator {
             moves.expired_candidates.retain(|l| fresh.contains(&l.key));
             let orphans = self.orphaned_free_rows(&page, &moves.take, now).await;
             moves.take.extend(orphans);
-            if !whole && !moves.ask.is_empty() {
-                // Handoffs are asked for from a whole read only (the holders' counters must be current):
-                // still short, read it all, at most once a renew interval.
+            let short = self.running.len() + moves.take.len() + self.requested.len() < moves.target;
+            if !whole && short {
+                // Handoffs are asked for from a whole read only (the holders' counters must be current),
+                // and a view that is partly old may show no donor at all (rows free when last read whole,
+                // taken since by others): still short, read it all, at most once a renew interval.
                 moves.ask.clear();
                 self.want_whole_at(self.last_whole + self.settings.renew_interval);
             }
@@ -283,8 +305,10 @@ impl Coordinator {
             match self.store.acquire(&lease).await {
                 Ok(acquired) => {
                     if segmented && from_another {
-                        // A worker died or stalled: the group changed, so read it all at the next scan.
+                        // A worker died or stalled: the group changed, so read it all at the next scan,
+                        // and tell those who read it rarely.
                         self.want_whole_at(Instant::now());
+                        self.announce("a lease taken over").await;
                     }
                     self.start(acquired, sent).await
                 }
@@ -365,13 +389,17 @@ impl Coordinator {
     /// never leave), so rows do not pile up and every scan stops reading them. The delete is
     /// conditioned on the counter seen: a worker that beats again in between keeps its row, and of
     /// several workers removing the same row one succeeds.
-    async fn remove_silent_members(&self, members: &[Member]) {
+    async fn remove_silent_members(&mut self, members: &[Member]) {
         if self.settings.assigned.is_some() {
             return;
         }
-        for member in members.iter().filter(|m| !m.alive && m.owner != self.owner()) {
+        let me = self.owner().to_string();
+        for member in members.iter().filter(|m| !m.alive && m.owner != me) {
             match self.store.remove_member(member).await {
-                Ok(()) => tracing::info!(member = member.owner, "membership row of a silent worker removed"),
+                Ok(()) => {
+                    tracing::info!(member = member.owner, "membership row of a silent worker removed");
+                    self.announce("a silent worker removed").await;
+                }
                 Err(e) => tracing::debug!(member = member.owner, error = %e, "membership row not removed"),
             }
         }
@@ -438,6 +466,7 @@ impl Coordinator {
             ShardExit::Ended => {
                 // Its children may now be read: the shares change.
                 self.want_whole_at(Instant::now());
+                self.announce("a shard ended").await;
                 (None, None)
             }
             ShardExit::Stopped { last } => (Some(last), running.give_to),
@@ -481,6 +510,9 @@ impl Coordinator {
             release(&running.held, Some(progress), None).await;
         }
         self.metrics().leases_held.set(0);
+        if left_first {
+            self.announce("a worker left").await;
+        }
         if let Some(term) = self.term.take() {
             match term.release(None, None).await {
                 Ok(_) => tracing::info!("discovery term released"),
@@ -502,6 +534,35 @@ fn clip(text: &str) -> String {
     match text.char_indices().nth(200) {
         Some((end, _)) => format!("{}... ({} bytes)", &text[..end], text.len()),
         None => text.to_string(),
+    }
+}
+
+/// Writes this worker's membership row every `interval` until `stop`; a failed beat is counted and
+/// logged, and the next one comes sooner.
+async fn beat(store: Arc<dyn LeaseStore>, interval: Duration, metrics: Arc<Metrics>, stop: CancellationToken) {
+    let mut failing = false;
+    loop {
+        let next = match store.heartbeat().await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!("membership heartbeat written again");
+                }
+                failing = false;
+                interval
+            }
+            Err(e) => {
+                metrics.lease_table_failures.inc();
+                if !failing {
+                    tracing::warn!(error = %e, "membership heartbeat failed; retrying");
+                }
+                failing = true;
+                interval / 3
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(next) => {}
+        }
     }
 }
 

@@ -26,7 +26,9 @@ use super::balance::active;
 use super::segments::{segment_count, watched};
 use super::{Coordinator, Read};
 use crate::lease::renew_until_lost;
-use crate::lease::{Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, term_key};
+use crate::lease::{
+    Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, Member, NewLease, changes_key, term_key,
+};
 
 /// The name of the shard discovery's term row.
 const DISCOVERY_TERM: &str = "discovery";
@@ -64,6 +66,25 @@ impl TableView {
 
     fn rows(&self) -> usize {
         self.leases.len() + self.members.len() + self.terms.len()
+    }
+}
+
+/// What the shares depend on, as one whole read showed it: two equal shapes in a row mean the group is
+/// at rest.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct GroupShape {
+    live: Vec<String>,
+    held: BTreeMap<Option<String>, usize>,
+}
+
+impl GroupShape {
+    fn of(view: &TableView, me: &str) -> Self {
+        let leases: Vec<Lease> = view.leases.values().cloned().collect();
+        let mut held = BTreeMap::new();
+        for lease in active(&leases) {
+            *held.entry(lease.owner.clone()).or_default() += 1;
+        }
+        Self { live: view.live(me), held }
     }
 }
 
@@ -129,6 +150,15 @@ impl Coordinator {
                 }
             }
             let changed = self.changed(&page);
+            if let Some(view) = &self.view {
+                self.freed = page
+                    .leases
+                    .iter()
+                    .filter(|l| l.owner.is_none() && !l.checkpoint.is_shard_end())
+                    .filter(|l| view.leases.get(&l.key).is_some_and(|before| before.owner.is_some()))
+                    .map(|l| l.key.clone())
+                    .collect();
+            }
             if let Some(view) = self.view.as_mut() {
                 view.merge(&page);
             }
@@ -154,11 +184,53 @@ impl Coordinator {
         self.strangers.extend(askers);
         let mut view = TableView::default();
         view.merge(&page);
+        let changes = changes_key();
+        self.changes_seen = Some(page.terms.iter().find(|t| t.key == changes).map_or(0, |t| t.counter));
         let workers = u32::try_from(view.live(self.owner()).len()).unwrap_or(u32::MAX);
+        let shape = GroupShape::of(&view, self.owner());
+        // A group still forming (workers starting, leases being taken or handed over, rows created)
+        // is read again after a renew interval: a worker that reads no segment, or whose segments
+        // hide the change, learns only from whole reads that it is short. A group at rest is read
+        // rarely.
+        let settled = self.shape.as_ref() == Some(&shape);
+        self.shape = Some(shape);
         self.view = Some(view);
         self.last_whole = now;
-        self.whole_at = now + self.settings.shard_sync_interval.max(self.settings.scan_interval * 4 * workers);
+        self.whole_at = if settled {
+            now + self.settings.shard_sync_interval.max(self.settings.scan_interval * 4 * workers)
+        } else {
+            now + self.settings.renew_interval
+        };
         Ok(Read { page, whole: true })
+    }
+
+    /// Tells the group the shares moved (`scan: segmented` only): workers that read no segment, or
+    /// not the one that changed, read the whole table when they next read the change row.
+    pub(super) async fn announce(&mut self, why: &str) {
+        if !matches!(self.settings.scan, super::ScanMode::Segmented { .. }) {
+            return;
+        }
+        match self.store.announce().await {
+            // Our own signal calls for no whole read of ours beyond what the change already asked.
+            Ok(()) => self.changes_seen = self.changes_seen.map(|seen| seen + 1),
+            Err(e) => tracing::debug!(error = %e, why, "change not announced; the others see it at a whole read"),
+        }
+    }
+
+    /// Reads the group's change row (one small read a renew interval) and reads the whole table soon
+    /// when another worker announced a change since.
+    pub(super) async fn watch_changes(&mut self, now: Instant) {
+        match self.store.get(&changes_key()).await {
+            Ok(row) => {
+                let counter = row.map_or(0, |r| r.counter);
+                if self.changes_seen.is_some_and(|seen| seen != counter) {
+                    tracing::debug!(counter, "the group announced a change: reading the whole table");
+                    self.want_whole_at(now);
+                }
+                self.changes_seen = Some(counter);
+            }
+            Err(e) => tracing::debug!(error = %e, "change row not read"),
+        }
     }
 
     /// Brings the next whole read forward to `at`.
@@ -229,7 +301,18 @@ impl Coordinator {
             .cloned()
             .collect();
         let mut orphans = Vec::new();
+        let freed = std::mem::take(&mut self.freed);
         for lease in free {
+            // Freed since this worker's last read of it (its holder left or gave up): a reader of its
+            // segment takes it at once, so a leaving worker's shards move within a scan; those who
+            // read no segment learn of the change from the change row and ask for their share.
+            if freed.contains(&lease.key) {
+                if self.parents_done_now(&lease).await {
+                    tracing::info!(shard = %lease.key, "lease freed by its holder; taking it");
+                    orphans.push(lease);
+                }
+                continue;
+            }
             let since = match self.free_since.get(&lease.key) {
                 Some(&(counter, since)) if counter == lease.counter => since,
                 _ => {
@@ -357,6 +440,26 @@ mod tests {
             handoff_to: None,
             stream_created: None,
         }
+    }
+
+    #[test]
+    fn the_shape_changes_with_the_spread_and_the_group_but_not_with_renewals() {
+        let page = |owners: &[Option<&str>], counter: u64, members: &[&str]| LeasePage {
+            leases: owners.iter().enumerate().map(|(i, o)| lease(&format!("s{i}"), *o, counter)).collect(),
+            members: members.iter().map(|m| Member { owner: (*m).into(), counter, alive: true }).collect(),
+            ..LeasePage::default()
+        };
+        let shape = |page: &LeasePage| {
+            let mut view = TableView::default();
+            view.merge(page);
+            GroupShape::of(&view, "w1")
+        };
+        let at_rest = shape(&page(&[Some("w1"), Some("w2")], 1, &["w2"]));
+        assert_eq!(at_rest, shape(&page(&[Some("w1"), Some("w2")], 7, &["w2"])), "renewals move no share");
+        assert_ne!(at_rest, shape(&page(&[Some("w2"), Some("w2")], 1, &["w2"])), "a lease moved");
+        assert_ne!(at_rest, shape(&page(&[Some("w1"), None], 1, &["w2"])), "a lease freed");
+        assert_ne!(at_rest, shape(&page(&[Some("w1"), Some("w2")], 1, &["w2", "w3"])), "a worker joined");
+        assert_ne!(at_rest, shape(&page(&[Some("w1"), Some("w2"), None], 1, &["w2"])), "a shard appeared");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    AttrValue, Attributes, Lease, Member, NewLease, attr, decode, decode_member, decode_row, encode_new,
+    AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_row, encode_new,
     encode_replacement, member_key, member_row_key, put_checkpoint, raw_key,
 };
 use super::settings::LeaseSettings;
@@ -288,6 +288,22 @@ impl LeaseStore for MemoryLeaseStore {
 
     async fn leave(&self) -> Result<()> {
         self.table.rows().remove(&member_row_key(&self.settings.owner));
+        Ok(())
+    }
+
+    async fn announce(&self) -> Result<()> {
+        let key = changes_key();
+        let mut rows = self.table.rows();
+        let row = rows.entry(key.to_string()).or_insert_with(|| {
+            encode_new(&NewLease {
+                key: key.clone(),
+                checkpoint: Checkpoint::TrimHorizon,
+                parent_shard_ids: vec![],
+                stream_created: None,
+            })
+        });
+        let counter = decode(row).map(|l| l.counter + 1).unwrap_or(1);
+        row.insert(attr::LEASE_COUNTER.into(), AttrValue::N(counter.to_string()));
         Ok(())
     }
 

@@ -31,7 +31,7 @@ pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
-pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, TERM_PREFIX, attr, term_key};
+pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, TERM_PREFIX, attr, changes_key, term_key};
 pub use settings::{LeaseSettings, unique_owner_id};
 
 /// Where a listing continues: the raw `lease_key` of the last row of the previous page.
@@ -146,6 +146,11 @@ pub trait LeaseStore: Send + Sync {
     /// Deletes the membership row of a worker this store has seen silent for a lease duration, only if
     /// its counter is still `member.counter`.
     async fn remove_member(&self, member: &Member) -> Result<()>;
+
+    /// Moves the counter of the group's change row ([`changes_key`]), creating the row if absent, and
+    /// touches nothing else: a signal to workers that read the whole table rarely that the shares
+    /// moved (a worker left, shards were created or ended, a lease was taken over).
+    async fn announce(&self) -> Result<()>;
 
     /// Reads up to `limit` rows of segment `segment` of `total` (a DynamoDB parallel Scan's
     /// `Segment`/`TotalSegments`: the segments split the table, every row in exactly one), starting

@@ -52,6 +52,12 @@ pub fn term_key(name: &str) -> LeaseKey {
     LeaseKey::new(TERM_PREFIX.trim_end_matches(':'), name)
 }
 
+/// The key of the group's change row (`#term:changes`): a term-shaped row nobody holds, whose counter
+/// [`LeaseStore::announce`](super::LeaseStore::announce) moves.
+pub fn changes_key() -> LeaseKey {
+    term_key("changes")
+}
+
 /// One attribute value, in the subset of DynamoDB's types a lease row uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AttrValue {

@@ -253,8 +253,15 @@ impl ShardReader {
                 continue;
             }
             pace.called();
-            let batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, page.get())).await?;
-            let batch = match batch {
+            // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it has
+            // been delivered, so the next holder reads it again from the checkpoint.
+            let read = tokio::select! {
+                biased;
+                _ = self.stop.cancelled() => None,
+                batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, page.get())) => Some(batch),
+            };
+            let Some(batch) = read else { return self.stopped(d, cursor).await };
+            let batch = match batch? {
                 Ok(batch) => {
                     if page.succeeded() {
                         self.runner.metrics().page_limit(&shard_label, page.get());

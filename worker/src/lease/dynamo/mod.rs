@@ -15,7 +15,7 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    Lease, Member, NewLease, attr, decode, decode_row, encode_new, encode_replacement, member_key, member_row_key,
+    Lease, Member, NewLease, attr, changes_key, decode, decode_row, encode_new, encode_replacement, member_key, member_row_key,
 };
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
@@ -347,6 +347,24 @@ impl LeaseStore for DynamoLeaseStore {
             .send()
             .await
             .map_err(|e| classify(e, self.request(None, "leave")))?;
+        Ok(())
+    }
+
+    async fn announce(&self) -> Result<()> {
+        let key = changes_key();
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(&key))
+            .update_expression(
+                "SET lease_counter = if_not_exists(lease_counter, :zero) + :one, checkpoint = if_not_exists(checkpoint, :start)",
+            )
+            .expression_attribute_values(":zero", AttributeValue::N("0".into()))
+            .expression_attribute_values(":one", AttributeValue::N("1".into()))
+            .expression_attribute_values(":start", AttributeValue::S(Checkpoint::TrimHorizon.to_string()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(&key), "announce")))?;
         Ok(())
     }
 

@@ -5,11 +5,11 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images bench bench-kcl demo fmt
+.PHONY: check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included).
-test: emulators control-plane faketime lint images node
+test: emulators control-plane faketime lint test-images node
 	$(GROUND)/images.sh check
 	cargo test --workspace --no-fail-fast --features leasehold-operator/real-node
 
@@ -61,6 +61,12 @@ images:
 	$(GROUND)/images.sh build
 	if $(GROUND)/node.sh status >/dev/null 2>&1; then $(GROUND)/images.sh import; fi
 
+## The same images from unoptimized static binaries (profile `test-image`): what `make test` runs on the
+## node, quick to build on a cold machine.
+test-images:
+	LEASEHOLD_IMAGE_PROFILE=test-image $(GROUND)/images.sh build
+	if $(GROUND)/node.sh status >/dev/null 2>&1; then $(GROUND)/images.sh import; fi
+
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
 bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench lease_store
@@ -78,7 +84,7 @@ soak: emulators
 
 ## The tests on a real node (kubelet + containerd in a network namespace) with the project's own images:
 ## worker pods and the chart's operator pods run for real; the same tests `make test` runs among the others.
-test-node: emulators control-plane images node
+test-node: emulators control-plane test-images node
 	$(GROUND)/images.sh check
 	cargo test -p leasehold-operator --features real-node --test node_e2e --test node_chart --test node_scaling
 
@@ -91,7 +97,7 @@ bench-kcl: emulators
 ## The whole loop, narrated, on a real node: control plane, emulators, the node with the project's images,
 ## the operator; apply a consumer, records through real worker pods, delete a pod and kill a container and
 ## watch their shards move, delete, clean up.
-demo: emulators control-plane images node
+demo: emulators control-plane test-images node
 	cargo build -q -p leasehold-operator --bin leasehold-operator --example node_demo
 	LEASEHOLD_OPERATOR_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-operator $(CARGO_TARGET_DIR)/debug/examples/node_demo
 

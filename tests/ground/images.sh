@@ -2,7 +2,7 @@
 # The project's images as OCI archives, built without a container daemon, and imported into the real
 # node's containerd (tests/ground/node.sh).
 #
-#   tests/ground/images.sh build    # release binaries (static) -> worker.tar, operator.tar; pause.tar;
+#   tests/ground/images.sh build    # static binaries -> worker.tar, operator.tar; pause.tar;
 #                                   # http-sink.tar (the http processor's test sidecar, worker/examples/http_sink.rs)
 #   tests/ground/images.sh pause    # only the pause image (a few lines of C, linked statically)
 #   tests/ground/images.sh check    # each archive agrees with its images/*.Dockerfile (user, entrypoint, files)
@@ -13,12 +13,17 @@
 # the binary as entrypoint. The Dockerfiles build for musl; this machine has no musl target, so the
 # binaries link glibc statically (+crt-static), as tests/ground/check-binaries.sh does.
 # Archives go to $LEASEHOLD_CACHE/images; names are the chart's defaults (ghcr.io/leasehold/*:<version>).
+# LEASEHOLD_IMAGE_PROFILE picks the cargo profile of the binaries: `release` (the default: what ships,
+# what docs/benchmarks.md measures) or `test-image` (Cargo.toml: unoptimized, stripped; `make test` uses
+# it, because a cold CI machine would otherwise spend ~15 minutes on an optimized build of every
+# dependency for images the tests only run).
 source "$(dirname "$0")/common.sh"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 OUT="$LEASEHOLD_CACHE/images"
 OCI="$ROOT/tests/ground/oci-image.py"
 TARGET=x86_64-unknown-linux-gnu
 STATIC_TARGET_DIR="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target-static}"
+PROFILE="${LEASEHOLD_IMAGE_PROFILE:-release}"
 VERSION="$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$ROOT/charts/leasehold/Chart.yaml")"
 PAUSE_IMAGE=leasehold.local/pause:3.10
 HTTP_SINK_IMAGE=leasehold.local/http-sink:test
@@ -43,18 +48,18 @@ pause() {
 build() {
   pause
   [ -f "$CA_BUNDLE" ] || die "$CA_BUNDLE is missing (apt-get install ca-certificates)"
-  log "building the release binaries, statically linked (target dir $STATIC_TARGET_DIR)"
+  log "building the $PROFILE binaries, statically linked (target dir $STATIC_TARGET_DIR)"
   (cd "$ROOT" && RUSTFLAGS="-C target-feature=+crt-static" CARGO_TARGET_DIR="$STATIC_TARGET_DIR" \
-    cargo build --release --locked --target "$TARGET" \
+    cargo build --profile "$PROFILE" --locked --target "$TARGET" \
     -p leasehold-worker --bin leasehold-worker --example http_sink \
     -p leasehold-operator --bin leasehold-operator >&2) ||
-    die "cargo build --release failed"
+    die "cargo build --profile $PROFILE failed"
   local component bin target_dir
   # Where cargo really put them (a cargo wrapper may choose the target dir).
   target_dir="$(cd "$ROOT" && CARGO_TARGET_DIR="$STATIC_TARGET_DIR" cargo metadata --format-version 1 --no-deps |
     jq -r .target_directory)"
   for component in worker operator; do
-    bin="$target_dir/$TARGET/release/leasehold-$component"
+    bin="$target_dir/$TARGET/$PROFILE/leasehold-$component"
     file -b "$bin" | grep -q 'statically linked\|static-pie' || die "$bin is not statically linked: $(file -b "$bin")"
     python3 "$OCI" build --out "$OUT/$component.tar" --name "ghcr.io/leasehold/$component:$VERSION" \
       --user 65532:65532 --entrypoint "/leasehold-$component" \
@@ -62,7 +67,7 @@ build() {
     log "$component image: $OUT/$component.tar ($(jq -r .name "$OUT/$component.json"))"
   done
   # Not a product image: the receiving end of the http processor, run as a sidecar by the node tests.
-  bin="$target_dir/$TARGET/release/examples/http_sink"
+  bin="$target_dir/$TARGET/$PROFILE/examples/http_sink"
   file -b "$bin" | grep -q 'statically linked\|static-pie' || die "$bin is not statically linked: $(file -b "$bin")"
   python3 "$OCI" build --out "$OUT/http-sink.tar" --name "$HTTP_SINK_IMAGE" --user 65532:65532 \
     --entrypoint /http-sink --file "$bin:/http-sink:755" > "$OUT/http-sink.json"

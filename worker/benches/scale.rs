@@ -199,9 +199,10 @@ fn balanced(owners: &HashMap<String, Option<String>>, shards: usize, workers: &[
     max - min <= 1
 }
 
-/// How many shards each worker holds, in id order (free rows counted under "-").
+/// How many shards each worker holds, in id order, and last how many rows are free.
 fn spread(owners: &HashMap<String, Option<String>>, workers: &[String]) -> Vec<usize> {
-    let mut held: Vec<usize> = workers.iter().map(|w| owners.values().filter(|o| o.as_deref() == Some(w)).count()).collect();
+    let mut held: Vec<usize> =
+        workers.iter().map(|w| owners.values().filter(|o| o.as_deref() == Some(w)).count()).collect();
     held.push(owners.values().filter(|o| o.is_none()).count());
     held
 }
@@ -354,9 +355,14 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
             let span = tracing::info_span!("worker", owner = %owner);
             tokio::spawn(
                 async move {
-                    if let Err(e) =
-                        leasehold_worker::runtime::run(config, owner.clone(), factory, Arc::new(Metrics::default()), token)
-                            .await
+                    if let Err(e) = leasehold_worker::runtime::run(
+                        config,
+                        owner.clone(),
+                        factory,
+                        Arc::new(Metrics::default()),
+                        token,
+                    )
+                    .await
                     {
                         eprintln!("{owner}: {e}");
                     }
@@ -384,7 +390,12 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
         }
         if started.elapsed().as_secs() / 10 != last_spread_at {
             last_spread_at = started.elapsed().as_secs() / 10;
-            eprintln!("scale {}: {:>4} s: held per worker {:?}", design.0, started.elapsed().as_secs(), spread(&now, &names));
+            eprintln!(
+                "scale {}: {:>4} s: held per worker {:?}",
+                design.0,
+                started.elapsed().as_secs(),
+                spread(&now, &names)
+            );
         }
         if leased_at.is_none() && started.elapsed() > *PHASE_TIMEOUT {
             break;

@@ -495,11 +495,18 @@ async fn handoff_request_leaves_the_counter_and_release_to_transfers<H: Harness>
     let k = key(0);
     let held = a.acquire(&created(&*a, &k).await).await.unwrap();
     let seen = read(&*b, &k).await;
+    let before_any_request = read(&*c, &k).await;
     let asked = b.request_handoff(&seen).await.expect("request on a held row");
     assert_eq!(asked.handoff_to.as_deref(), Some("b"));
     assert_eq!(asked.counter, held.counter, "a request must not move the counter");
-    // Only one request at a time; a free row cannot be asked for.
-    assert!(matches!(c.request_handoff(&read(&*c, &k).await).await, Err(LeaseError::ConditionFailed { .. })));
+    // One request at a time: a copy that does not show b's request cannot replace it; a copy that shows
+    // it can (the caller judged it stale), and b then puts its own back the same way.
+    assert!(matches!(c.request_handoff(&before_any_request).await, Err(LeaseError::ConditionFailed { .. })));
+    let replaced = c.request_handoff(&read(&*c, &k).await).await.expect("a seen request may be replaced");
+    assert_eq!(replaced.handoff_to.as_deref(), Some("c"));
+    assert!(matches!(b.request_handoff(&asked).await, Err(LeaseError::ConditionFailed { .. })), "b's copy is stale");
+    let asked = b.request_handoff(&read(&*b, &k).await).await.unwrap();
+    assert_eq!((asked.handoff_to.as_deref(), asked.counter), (Some("b"), held.counter));
     // The holder's renewal still succeeds and shows the request.
     let held = a.renew(&held).await.expect("request does not disturb the holder");
     assert_eq!(held.handoff_to.as_deref(), Some("b"));
@@ -612,12 +619,15 @@ async fn announcing_moves_only_the_change_rows_counter<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
     let changes = leasehold_worker::lease::changes_key();
     assert!(b.get(&changes).await.unwrap().is_none(), "no row before the first change");
+    assert_eq!(b.changes().await.unwrap(), 0, "no change announced yet");
     a.announce().await.unwrap();
     let first = b.get(&changes).await.unwrap().expect("the first announce creates the row");
+    assert_eq!(b.changes().await.unwrap(), first.counter);
     b.announce().await.unwrap();
     a.announce().await.unwrap();
     let row = b.get(&changes).await.unwrap().unwrap();
     assert_eq!(row.counter, first.counter + 2, "every announce moves the counter by one, whoever writes it");
+    assert_eq!(b.changes().await.unwrap(), row.counter);
     assert_eq!((row.owner, row.handoff_to), (None, None), "nobody holds the change row");
     let page = b.list().await.unwrap();
     assert!(page.leases.is_empty() && page.members.is_empty(), "it is neither a lease nor a member");

@@ -97,13 +97,20 @@ pub fn plan(view: &View<'_>) -> Moves {
         .filter(|(_, surplus)| *surplus > 0)
         .collect();
     donors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    // A request already on a row blocks no one when its asker is gone or holds its share by now (it was
+    // refused, or the asker was served elsewhere): it may be replaced.
+    let stale = |asker: &str| {
+        asker != view.me && (!alive.contains(asker) || counts.get(asker).copied().unwrap_or(0) >= targets[asker])
+    };
     for (donor, surplus) in donors {
         if deficit == 0 {
             break;
         }
         let asked = active
             .iter()
-            .filter(|l| l.is_held_by(donor) && l.handoff_to.is_none() && !view.requested.contains(&l.key))
+            .filter(|l| {
+                l.is_held_by(donor) && l.handoff_to.as_deref().is_none_or(stale) && !view.requested.contains(&l.key)
+            })
             .take(surplus.min(deficit))
             .map(|l| (*l).clone())
             .collect::<Vec<_>>();
@@ -220,6 +227,22 @@ mod tests {
             moves.take.iter().map(|l| l.key.shard_id().to_string()).collect::<Vec<_>>(),
             vec!["shardId-000000000000"]
         );
+    }
+
+    #[test]
+    fn a_request_of_a_worker_gone_or_served_is_replaced_and_a_live_short_ones_is_not() {
+        let mut leases: Vec<Lease> = (0..8).map(|i| lease(i, Some("a"))).collect();
+        leases.extend((8..12).map(|i| lease(i, Some("b"))));
+        leases[0].handoff_to = Some("gone".into());
+        leases[1].handoff_to = Some("b".into());
+        leases[2].handoff_to = Some("d".into());
+        let members = [member("a", true), member("b", true), member("c", true), member("d", true)];
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "c", leases: &leases, members: &members, running: &empty, requested: &empty });
+        assert_eq!(moves.target, 3);
+        let asked: Vec<usize> =
+            moves.ask.iter().map(|l| l.key.shard_id().trim_start_matches("shardId-").parse().unwrap()).collect();
+        assert_eq!(asked, vec![0, 1, 3], "gone's and b's requests (b holds its 3) are replaced, d's (0 of 3) kept");
     }
 
     #[test]

@@ -188,7 +188,12 @@ impl Coordinator {
         // make the others judge this worker silent.
         let beating = CancellationToken::new();
         let beat = self.settings.assigned.is_none().then(|| {
-            tokio::spawn(beat(self.store.clone(), self.settings.renew_interval, self.metrics().clone(), beating.clone()))
+            tokio::spawn(beat(
+                self.store.clone(),
+                self.settings.renew_interval,
+                self.metrics().clone(),
+                beating.clone(),
+            ))
         });
         let mut scan = tokio::time::interval(self.settings.scan_interval);
         scan.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -246,6 +251,8 @@ impl Coordinator {
             tracing::debug!(?report, "shard sync");
             self.next_sync = now + self.settings.shard_sync_interval;
             if report.created + report.deleted + report.foreign > 0 {
+                // This worker's view lacks the rows it just wrote, as everyone else's does.
+                self.want_whole_at(now);
                 self.announce("shard rows created or removed").await;
             }
         }
@@ -292,10 +299,11 @@ impl Coordinator {
                 // and a view that is partly old may show no donor at all (rows free when last read whole,
                 // taken since by others): still short, read it all, at most once a renew interval.
                 moves.ask.clear();
-                self.want_whole_at(self.last_whole + self.settings.renew_interval);
+                self.want_whole_at(self.last_whole + self.reread_interval());
             }
         }
         self.next_expiry = None;
+        let mut took_over = false;
         for lease in moves.take.into_iter().chain(moves.expired_candidates) {
             if !self.same_incarnation(&lease).await {
                 continue;
@@ -306,9 +314,9 @@ impl Coordinator {
                 Ok(acquired) => {
                     if segmented && from_another {
                         // A worker died or stalled: the group changed, so read it all at the next scan,
-                        // and tell those who read it rarely.
+                        // and tell those who read it rarely (once for all the takeovers of this scan).
                         self.want_whole_at(Instant::now());
-                        self.announce("a lease taken over").await;
+                        took_over = true;
                     }
                     self.start(acquired, sent).await
                 }
@@ -328,6 +336,9 @@ impl Coordinator {
                 }
                 Err(e) => tracing::warn!(shard = %lease.key, error = %e, "acquire failed"),
             }
+        }
+        if took_over {
+            self.announce("leases taken over").await;
         }
         for lease in moves.ask {
             let mut placed = self.store.request_handoff(&lease).await;

@@ -199,9 +199,19 @@ impl Coordinator {
         self.whole_at = if settled {
             now + self.settings.shard_sync_interval.max(self.settings.scan_interval * 4 * workers)
         } else {
-            now + self.settings.renew_interval
+            now + self.reread_interval()
         };
         Ok(Read { page, whole: true })
+    }
+
+    /// How soon a worker that is short, or whose group is still forming, reads the whole table again:
+    /// a renew interval per twenty live workers, so that however large the group, it makes about twenty
+    /// such reads a renew interval between all its workers (a hundred workers starting at once would
+    /// otherwise read a 1,000-row table 33 times a second).
+    pub(super) fn reread_interval(&self) -> std::time::Duration {
+        let workers = self.view.as_ref().map_or(1, |v| v.live(self.owner()).len());
+        let twenties = u32::try_from(workers.div_ceil(20)).unwrap_or(u32::MAX).max(1);
+        self.settings.renew_interval * twenties
     }
 
     /// Tells the group the shares moved (`scan: segmented` only): workers that read no segment, or
@@ -217,12 +227,11 @@ impl Coordinator {
         }
     }
 
-    /// Reads the group's change row (one small read a renew interval) and reads the whole table soon
+    /// Reads the group's change row (one small eventually consistent read a renew interval) and reads the whole table soon
     /// when another worker announced a change since.
     pub(super) async fn watch_changes(&mut self, now: Instant) {
-        match self.store.get(&changes_key()).await {
-            Ok(row) => {
-                let counter = row.map_or(0, |r| r.counter);
+        match self.store.changes().await {
+            Ok(counter) => {
                 if self.changes_seen.is_some_and(|seen| seen != counter) {
                     tracing::debug!(counter, "the group announced a change: reading the whole table");
                     self.want_whole_at(now);

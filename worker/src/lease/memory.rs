@@ -254,7 +254,7 @@ impl LeaseStore for MemoryLeaseStore {
         let row = rows.get_mut(&seen.key.to_string()).ok_or_else(refused)?;
         let current = decode(row).map_err(|_| refused())?;
         let unchanged = current.counter == seen.counter && current.owner == seen.owner;
-        if !unchanged || seen.owner.is_none() || current.handoff_to.is_some() {
+        if !unchanged || seen.owner.is_none() || current.handoff_to != seen.handoff_to {
             return Err(refused());
         }
         row.insert(attr::HANDOFF_TO.into(), AttrValue::S(self.settings.owner.clone()));
@@ -305,6 +305,11 @@ impl LeaseStore for MemoryLeaseStore {
         let counter = decode(row).map(|l| l.counter + 1).unwrap_or(1);
         row.insert(attr::LEASE_COUNTER.into(), AttrValue::N(counter.to_string()));
         Ok(())
+    }
+
+    async fn changes(&self) -> Result<u64> {
+        let rows = self.table.rows();
+        Ok(rows.get(&changes_key().to_string()).and_then(|row| decode(row).ok()).map_or(0, |l| l.counter))
     }
 
     async fn remove_member(&self, member: &Member) -> Result<()> {

@@ -31,7 +31,9 @@ pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
-pub use row::{AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, TERM_PREFIX, attr, changes_key, term_key};
+pub use row::{
+    AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, TERM_PREFIX, attr, changes_key, term_key,
+};
 pub use settings::{LeaseSettings, unique_owner_id};
 
 /// Where a listing continues: the raw `lease_key` of the last row of the previous page.
@@ -123,7 +125,8 @@ pub trait LeaseStore: Send + Sync {
     async fn release_to(&self, held: &Lease, to: &str, final_checkpoint: Option<&Checkpoint>) -> Result<Lease>;
 
     /// Asks the holder of `seen` to hand it over to this worker: sets `handoff_to` without moving the
-    /// counter, only if the row is unchanged since `seen` and carries no other request.
+    /// counter, only if the row is unchanged since `seen` and carries no request but the one `seen`
+    /// shows (a caller replaces a request it judged stale: its asker gone or already at its share).
     async fn request_handoff(&self, seen: &Lease) -> Result<Lease>;
 
     /// Replaces a row with a fresh one (`new`'s checkpoint, parents and stamp; counter + 1; owner and
@@ -151,6 +154,10 @@ pub trait LeaseStore: Send + Sync {
     /// touches nothing else: a signal to workers that read the whole table rarely that the shares
     /// moved (a worker left, shards were created or ended, a lease was taken over).
     async fn announce(&self) -> Result<()>;
+
+    /// The counter of the group's change row, 0 when it is absent. Read eventually consistent (half
+    /// the cost of a consistent read): it is a hint to read the whole table, never a judgement.
+    async fn changes(&self) -> Result<u64>;
 
     /// Reads up to `limit` rows of segment `segment` of `total` (a DynamoDB parallel Scan's
     /// `Segment`/`TotalSegments`: the segments split the table, every row in exactly one), starting

@@ -15,7 +15,8 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    Lease, Member, NewLease, attr, changes_key, decode, decode_row, encode_new, encode_replacement, member_key, member_row_key,
+    Lease, Member, NewLease, attr, changes_key, decode, decode_row, encode_new, encode_replacement, member_key,
+    member_row_key,
 };
 use super::settings::LeaseSettings;
 use super::{LeasePage, LeaseStore, PageToken};
@@ -293,16 +294,20 @@ impl LeaseStore for DynamoLeaseStore {
         let Some(holder) = &seen.owner else {
             return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "request handoff" });
         };
-        let update = Update {
-            operation: "request handoff",
-            expression: "SET handoff_to = :me".into(),
-            condition: "lease_counter = :counter AND lease_owner = :holder AND attribute_not_exists(handoff_to)",
-            values: vec![
-                (":me", AttributeValue::S(self.settings.owner.clone())),
-                (":counter", AttributeValue::N(seen.counter.to_string())),
-                (":holder", AttributeValue::S(holder.clone())),
-            ],
+        let mut values = vec![
+            (":me", AttributeValue::S(self.settings.owner.clone())),
+            (":counter", AttributeValue::N(seen.counter.to_string())),
+            (":holder", AttributeValue::S(holder.clone())),
+        ];
+        let condition = match &seen.handoff_to {
+            None => "lease_counter = :counter AND lease_owner = :holder AND attribute_not_exists(handoff_to)",
+            Some(previous) => {
+                values.push((":previous", AttributeValue::S(previous.clone())));
+                "lease_counter = :counter AND lease_owner = :holder AND handoff_to = :previous"
+            }
         };
+        let update =
+            Update { operation: "request handoff", expression: "SET handoff_to = :me".into(), condition, values };
         self.update(&seen.key, update).await
     }
 
@@ -366,6 +371,21 @@ impl LeaseStore for DynamoLeaseStore {
             .await
             .map_err(|e| classify(e, self.request(Some(&key), "announce")))?;
         Ok(())
+    }
+
+    async fn changes(&self) -> Result<u64> {
+        let key = changes_key();
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(&key))
+            .consistent_read(false)
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(&key), "read changes")))?;
+        let Some(item) = out.item else { return Ok(0) };
+        Ok(decode(&from_item(&item))?.counter)
     }
 
     async fn remove_member(&self, member: &Member) -> Result<()> {

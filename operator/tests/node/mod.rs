@@ -92,14 +92,8 @@ pub fn worker_image() -> String {
 /// The operator as a process watching `namespace`, its worker pods running [`worker_image`] (polling
 /// shard counts every `poll`).
 pub fn spawn_operator(binary: &std::path::Path, namespace: &str, poll: &str) -> std::process::Child {
-    std::process::Command::new(binary)
-        .args(["--namespace", namespace, "--metrics-addr", "127.0.0.1:0", "--shard-poll-interval", poll])
+    crate::support::operator_command(binary, namespace, &crate::support::kubeconfig_path(), poll, "127.0.0.1:0")
         .args(["--worker-image", &worker_image()])
-        .env("KUBECONFIG", crate::support::kubeconfig_path())
-        .env("AWS_ACCESS_KEY_ID", "leasehold-test")
-        .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
 }

@@ -194,15 +194,28 @@ pub fn spawn_operator_on(
     poll: &str,
     metrics_addr: &str,
 ) -> std::process::Child {
-    std::process::Command::new(binary)
+    operator_command(binary, namespace, kubeconfig, poll, metrics_addr)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+}
+
+/// The operator's command line and environment for the tests, output discarded; callers add flags.
+pub fn operator_command(
+    binary: &std::path::Path,
+    namespace: &str,
+    kubeconfig: &std::path::Path,
+    poll: &str,
+    metrics_addr: &str,
+) -> std::process::Command {
+    let mut command = std::process::Command::new(binary);
+    command
         .args(["--namespace", namespace, "--metrics-addr", metrics_addr, "--shard-poll-interval", poll])
         .env("KUBECONFIG", kubeconfig)
         .env("AWS_ACCESS_KEY_ID", "leasehold-test")
         .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+        .stderr(std::process::Stdio::null());
+    command
 }
 
 /// Waits until the controller-manager has made `namespace`'s default ServiceAccount, without which no

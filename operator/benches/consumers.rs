@@ -40,7 +40,7 @@ async fn main() {
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
     let created = Instant::now();
     for i in 0..CONSUMERS {
-        let consumer = support::consumer(
+        let consumer = support::stand_in_consumer(
             &format!("c{i:03}"),
             json!({"streams": [{"name": stream}], "aws": support::aws(), "workers": {"replicas": 1}, "processor": {"stdout": {}}}),
         );

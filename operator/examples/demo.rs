@@ -79,7 +79,7 @@ async fn main() {
     {
         println!("      {line}");
     }
-    let consumer = support::consumer("orders", spec);
+    let consumer = support::stand_in_consumer("orders", spec);
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
 

@@ -80,6 +80,10 @@ async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
         "--kubeconfig",
         &kubeconfig(),
         "--wait=false",
+        // The pod is only admitted here (node_chart.rs runs it): unschedulable, so the real node never runs
+        // an operator that watches every namespace beside the other tests' operators.
+        "--set",
+        "nodeSelector.leasehold\\.io/stand-in=unschedulable",
     ]));
 
     // The operator's pod is admitted under the restricted standard.

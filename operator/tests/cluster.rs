@@ -412,7 +412,7 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
     Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns)
         .create(
             &kube::api::PostParams::default(),
-            &support::consumer(
+            &support::stand_in_consumer(
                 "lost",
                 json!({"streams": [{"name": missing}], "aws": aws(), "processor": {"stdout": {}}}),
             ),

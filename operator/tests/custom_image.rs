@@ -41,7 +41,7 @@ async fn the_custom_processor_example_runs_as_the_workers_image() {
     let mut operator = support::spawn_operator(&operator_binary, &ns, &support::kubeconfig_path(), "1s");
     let kubelet = Kubelet::start(client.clone(), &ns, "app.kubernetes.io/name=leasehold-worker");
 
-    let consumer = support::consumer(
+    let consumer = support::stand_in_consumer(
         "bytes",
         json!({
             "streams": [{"name": stream}], "aws": aws(),

@@ -41,7 +41,7 @@ async fn apply_process_split_rebalance_delete() {
     let kubelet = Kubelet::start(client.clone(), &ns, "app.kubernetes.io/name=leasehold-worker");
 
     // kubectl apply
-    let consumer = support::consumer(
+    let consumer = support::stand_in_consumer(
         "orders",
         json!({
             "streams": [{"name": stream}], "aws": aws(),

@@ -104,9 +104,9 @@ impl TestNamespace {
         Api::namespaced(self.client.clone(), &self.name)
     }
 
-    /// Creates a StreamConsumer from a JSON spec.
+    /// Creates a StreamConsumer from a JSON spec, its pods left to a stand-in kubelet.
     pub async fn create(&self, name: &str, spec: serde_json::Value) -> Result<StreamConsumer, kube::Error> {
-        self.consumers().create(&PostParams::default(), &consumer(name, spec)).await
+        self.consumers().create(&PostParams::default(), &stand_in_consumer(name, spec)).await
     }
 
     /// The replicas of the worker Deployment `name`, once it exists.
@@ -152,6 +152,18 @@ pub fn consumer(name: &str, spec: serde_json::Value) -> StreamConsumer {
         "metadata": {"name": name}, "spec": spec
     }))
     .expect("consumer")
+}
+
+/// The scheduler the stand-in kubelet's pods name: none runs, so the real node's kube-scheduler (up during
+/// `make test`) leaves them unbound and its kubelet never starts a second copy of them as containers.
+pub const STAND_IN_SCHEDULER: &str = "leasehold-stand-in";
+
+/// [`consumer`] whose worker pods are left to a stand-in kubelet: they name [`STAND_IN_SCHEDULER`].
+pub fn stand_in_consumer(name: &str, spec: serde_json::Value) -> StreamConsumer {
+    let mut consumer = consumer(name, spec);
+    let template = consumer.spec.template.get_or_insert_default();
+    template.spec.get_or_insert_default().scheduler_name.get_or_insert_with(|| STAND_IN_SCHEDULER.to_string());
+    consumer
 }
 
 /// The condition `kind` of consumer `name` as (status, reason).

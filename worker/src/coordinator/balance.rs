@@ -89,34 +89,9 @@ pub fn plan(view: &View<'_>) -> Moves {
     others.sort_by_key(|l| l.owner.as_deref().is_some_and(|o| alive.contains(o)));
     moves.expired_candidates = others.into_iter().cloned().collect();
 
-    // Still short: ask the most loaded workers for their surplus.
-    let mut donors: Vec<(&str, usize)> = workers
-        .iter()
-        .filter(|w| w.as_str() != view.me)
-        .map(|w| (w.as_str(), counts.get(w.as_str()).copied().unwrap_or(0).saturating_sub(targets[w])))
-        .filter(|(_, surplus)| *surplus > 0)
-        .collect();
-    donors.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    // A request already on a row blocks no one when its asker is gone or holds its share by now (it was
-    // refused, or the asker was served elsewhere): it may be replaced.
-    let stale = |asker: &str| {
-        asker != view.me && (!alive.contains(asker) || counts.get(asker).copied().unwrap_or(0) >= targets[asker])
-    };
-    for (donor, surplus) in donors {
-        if deficit == 0 {
-            break;
-        }
-        let asked = active
-            .iter()
-            .filter(|l| {
-                l.is_held_by(donor) && l.handoff_to.as_deref().is_none_or(stale) && !view.requested.contains(&l.key)
-            })
-            .take(surplus.min(deficit))
-            .map(|l| (*l).clone())
-            .collect::<Vec<_>>();
-        deficit -= asked.len();
-        moves.ask.extend(asked);
-    }
+    // Still short: ask for the leases the group's matching gives this worker.
+    let asked = matched_asks(&active, &workers, &alive, &targets, &counts, view);
+    moves.ask.extend(asked.into_iter().take(deficit).cloned());
 
     // Requests for our leases: honour them while we hold more than our share, and only for live askers.
     let mut surplus = mine.saturating_sub(target);
@@ -133,6 +108,54 @@ pub fn plan(view: &View<'_>) -> Moves {
         }
     }
     moves
+}
+
+/// The donors' surplus leases this worker should ask for, by one matching every worker computes alike
+/// from the same view: the pool (free rows, then each donor's surplus in id and key order) is dealt to
+/// the short workers in id order, each up to its deficit. Short workers thus ask different donors for
+/// different leases, instead of all asking the most loaded one and all but one being refused until
+/// their next read.
+fn matched_asks<'a>(
+    active: &[&'a Lease],
+    workers: &[String],
+    alive: &HashSet<&str>,
+    targets: &BTreeMap<String, usize>,
+    counts: &HashMap<&str, usize>,
+    view: &View<'_>,
+) -> Vec<&'a Lease> {
+    let held = |w: &str| counts.get(w).copied().unwrap_or(0);
+    // A request already on a row blocks no one when its asker is gone or holds its share by now (it was
+    // refused, or the asker was served elsewhere): it may be replaced.
+    let stale = |asker: &str| asker != view.me && (!alive.contains(asker) || held(asker) >= targets[asker]);
+    let pending = |lease: &Lease| {
+        view.requested.contains(&lease.key)
+            || lease.handoff_to.as_deref().is_some_and(|asker| !stale(asker) && lease.owner.as_deref() != Some(asker))
+    };
+    let mut pending_for: HashMap<&str, usize> = HashMap::new();
+    for lease in active.iter().filter(|l| l.owner.is_some() && pending(l)) {
+        let asker =
+            if view.requested.contains(&lease.key) { view.me } else { lease.handoff_to.as_deref().unwrap_or("") };
+        *pending_for.entry(asker).or_default() += 1;
+    }
+    let mut pool: Vec<Option<&'a Lease>> = active.iter().filter(|l| l.owner.is_none()).map(|_| None).collect();
+    for donor in workers {
+        let surplus = held(donor).saturating_sub(targets[donor]);
+        let mut mine: Vec<&'a Lease> = active.iter().filter(|l| l.is_held_by(donor)).copied().collect();
+        mine.sort_by(|a, b| a.key.cmp(&b.key));
+        let already = mine.iter().filter(|l| pending(l)).count();
+        pool.extend(mine.into_iter().filter(|l| !pending(l)).take(surplus.saturating_sub(already)).map(Some));
+    }
+    let mut dealt = pool.into_iter();
+    for worker in workers {
+        let deficit = targets[worker]
+            .saturating_sub(held(worker))
+            .saturating_sub(pending_for.get(worker.as_str()).copied().unwrap_or(0));
+        let share: Vec<Option<&'a Lease>> = dealt.by_ref().take(deficit).collect();
+        if worker == view.me {
+            return share.into_iter().flatten().collect();
+        }
+    }
+    Vec::new()
 }
 
 #[cfg(test)]
@@ -196,6 +219,33 @@ mod tests {
         let moves = plan(&View { me: "a", leases: &asked, members: &members, running: &run, requested: &empty });
         assert_eq!(moves.give.len(), 12, "a keeps exactly its share of 4 and ignores dead askers");
         assert!(moves.give.iter().all(|(_, to)| to == "b"));
+    }
+
+    #[test]
+    fn short_workers_ask_for_different_leases_of_every_donor() {
+        let mut leases: Vec<Lease> = (0..10).map(|i| lease(i, Some("a"))).collect();
+        leases.extend((10..16).map(|i| lease(i, Some("b"))));
+        let members = [member("a", true), member("b", true), member("c", true), member("d", true)];
+        let empty = HashSet::new();
+        let asks = |me: &str| -> Vec<usize> {
+            let moves = plan(&View { me, leases: &leases, members: &members, running: &empty, requested: &empty });
+            moves.ask.iter().map(|l| l.key.shard_id().trim_start_matches("shardId-").parse().unwrap()).collect()
+        };
+        // a holds 6 over its 4, b 2 over: c (first short id) gets a's first four, d a's last two and b's two.
+        assert_eq!(asks("c"), vec![0, 1, 2, 3]);
+        assert_eq!(asks("d"), vec![4, 5, 10, 11]);
+        assert!(asks("a").is_empty() && asks("b").is_empty(), "donors ask for nothing");
+    }
+
+    #[test]
+    fn a_shortfall_that_free_rows_cover_asks_for_nothing() {
+        let mut leases: Vec<Lease> = (0..4).map(|i| lease(i, Some("a"))).collect();
+        leases.extend((4..8).map(|i| lease(i, None)));
+        let members = [member("a", true), member("b", true)];
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "b", leases: &leases, members: &members, running: &empty, requested: &empty });
+        assert_eq!(moves.take.len(), 4);
+        assert!(moves.ask.is_empty());
     }
 
     #[test]

@@ -312,6 +312,10 @@ impl Coordinator {
             let from_another = lease.owner.as_deref().is_some_and(|o| o != self.owner());
             match self.store.acquire(&lease).await {
                 Ok(acquired) => {
+                    if from_another {
+                        tracing::info!(shard = %lease.key, from = lease.owner.as_deref().unwrap_or("-"),
+                            "lease taken over: its holder stopped renewing it");
+                    }
                     if segmented && from_another {
                         // A worker died or stalled: the group changed, so read it all at the next scan,
                         // and tell those who read it rarely (once for all the takeovers of this scan).

@@ -26,6 +26,8 @@ pub struct View<'a> {
 pub struct Moves {
     /// This worker's fair share of the active leases.
     pub target: usize,
+    /// The live workers the shares were computed over, this one included.
+    pub workers: usize,
     /// Leases to acquire: own rows not running, then free rows up to the deficit.
     pub take: Vec<Lease>,
     /// Other workers' leases, to take if `acquire` finds them expired (their counter unchanged for a
@@ -70,16 +72,26 @@ pub fn plan(view: &View<'_>) -> Moves {
         }
     }
     let mine = active.iter().filter(|l| view.running.contains(&l.key)).count();
-    let mut moves = Moves { target, ..Moves::default() };
+    let mut moves = Moves { target, workers: workers.len(), ..Moves::default() };
 
     // Own rows not running (handed to us, or ours before a restart under a stable id): always take.
     moves.take.extend(
         active.iter().filter(|l| l.is_held_by(view.me) && !view.running.contains(&l.key)).map(|l| (*l).clone()),
     );
     let mut deficit = target.saturating_sub(mine + moves.take.len() + view.requested.len());
-    for lease in active.iter().filter(|l| l.owner.is_none()).take(deficit) {
+    // The rows the group's matching deals this worker: free ones to take, others' surplus to ask for.
+    let share = dealt(&active, &workers, &alive, &targets, &counts, view);
+    let (dealt_free, dealt_held): (Vec<&Lease>, Vec<&Lease>) = share.into_iter().partition(|l| l.owner.is_none());
+    for lease in dealt_free.iter().take(deficit) {
         moves.take.push((*lease).clone());
         deficit -= 1;
+    }
+    let asked: Vec<Lease> = dealt_held.into_iter().take(deficit).cloned().collect();
+    deficit -= asked.len();
+    // Still short (the views disagree): any other free row, as a race the conditional write settles.
+    for lease in active.iter().filter(|l| l.owner.is_none() && !dealt_free.iter().any(|d| d.key == l.key)).take(deficit)
+    {
+        moves.take.push((*lease).clone());
     }
     let mut others: Vec<&Lease> = active
         .iter()
@@ -89,9 +101,7 @@ pub fn plan(view: &View<'_>) -> Moves {
     others.sort_by_key(|l| l.owner.as_deref().is_some_and(|o| alive.contains(o)));
     moves.expired_candidates = others.into_iter().cloned().collect();
 
-    // Still short: ask for the leases the group's matching gives this worker.
-    let asked = matched_asks(&active, &workers, &alive, &targets, &counts, view);
-    moves.ask.extend(asked.into_iter().take(deficit).cloned());
+    moves.ask = asked;
 
     // Requests for our leases: honour them while we hold more than our share, and only for live askers.
     let mut surplus = mine.saturating_sub(target);
@@ -110,12 +120,12 @@ pub fn plan(view: &View<'_>) -> Moves {
     moves
 }
 
-/// The donors' surplus leases this worker should ask for, by one matching every worker computes alike
-/// from the same view: the pool (free rows, then each donor's surplus in id and key order) is dealt to
-/// the short workers in id order, each up to its deficit. Short workers thus ask different donors for
-/// different leases, instead of all asking the most loaded one and all but one being refused until
-/// their next read.
-fn matched_asks<'a>(
+/// This worker's share of the rows to move, by one matching every worker computes alike from the same
+/// view: the pool (free rows in key order, then each donor's surplus in id and key order) is dealt to
+/// the short workers in id order, each up to its deficit. Short workers thus take different free rows
+/// and ask different donors for different leases, instead of all racing for the first free rows and
+/// all asking the most loaded worker, all but one losing until their next read.
+fn dealt<'a>(
     active: &[&'a Lease],
     workers: &[String],
     alive: &HashSet<&str>,
@@ -127,9 +137,14 @@ fn matched_asks<'a>(
     // A request already on a row blocks no one when its asker is gone or holds its share by now (it was
     // refused, or the asker was served elsewhere): it may be replaced.
     let stale = |asker: &str| asker != view.me && (!alive.contains(asker) || held(asker) >= targets[asker]);
+    // This worker's own request counts only while it waits for it: once given up on (refused for a
+    // handoff timeout), the row may be asked for again.
     let pending = |lease: &Lease| {
         view.requested.contains(&lease.key)
-            || lease.handoff_to.as_deref().is_some_and(|asker| !stale(asker) && lease.owner.as_deref() != Some(asker))
+            || lease
+                .handoff_to
+                .as_deref()
+                .is_some_and(|asker| asker != view.me && !stale(asker) && lease.owner.as_deref() != Some(asker))
     };
     let mut pending_for: HashMap<&str, usize> = HashMap::new();
     for lease in active.iter().filter(|l| l.owner.is_some() && pending(l)) {
@@ -137,22 +152,23 @@ fn matched_asks<'a>(
             if view.requested.contains(&lease.key) { view.me } else { lease.handoff_to.as_deref().unwrap_or("") };
         *pending_for.entry(asker).or_default() += 1;
     }
-    let mut pool: Vec<Option<&'a Lease>> = active.iter().filter(|l| l.owner.is_none()).map(|_| None).collect();
+    let mut pool: Vec<&'a Lease> = active.iter().filter(|l| l.owner.is_none()).copied().collect();
+    pool.sort_by(|a, b| a.key.cmp(&b.key));
     for donor in workers {
         let surplus = held(donor).saturating_sub(targets[donor]);
         let mut mine: Vec<&'a Lease> = active.iter().filter(|l| l.is_held_by(donor)).copied().collect();
         mine.sort_by(|a, b| a.key.cmp(&b.key));
         let already = mine.iter().filter(|l| pending(l)).count();
-        pool.extend(mine.into_iter().filter(|l| !pending(l)).take(surplus.saturating_sub(already)).map(Some));
+        pool.extend(mine.into_iter().filter(|l| !pending(l)).take(surplus.saturating_sub(already)));
     }
-    let mut dealt = pool.into_iter();
+    let mut deck = pool.into_iter();
     for worker in workers {
         let deficit = targets[worker]
             .saturating_sub(held(worker))
             .saturating_sub(pending_for.get(worker.as_str()).copied().unwrap_or(0));
-        let share: Vec<Option<&'a Lease>> = dealt.by_ref().take(deficit).collect();
+        let share: Vec<&'a Lease> = deck.by_ref().take(deficit).collect();
         if worker == view.me {
-            return share.into_iter().flatten().collect();
+            return share;
         }
     }
     Vec::new()
@@ -235,6 +251,18 @@ mod tests {
         assert_eq!(asks("c"), vec![0, 1, 2, 3]);
         assert_eq!(asks("d"), vec![4, 5, 10, 11]);
         assert!(asks("a").is_empty() && asks("b").is_empty(), "donors ask for nothing");
+    }
+
+    #[test]
+    fn workers_starting_together_take_different_free_rows() {
+        let leases: Vec<Lease> = (0..10).map(|i| lease(i, None)).collect();
+        let members = [member("a", true), member("b", true), member("c", true)];
+        let empty = HashSet::new();
+        let taken = |me: &str| -> Vec<usize> {
+            let moves = plan(&View { me, leases: &leases, members: &members, running: &empty, requested: &empty });
+            moves.take.iter().map(|l| l.key.shard_id().trim_start_matches("shardId-").parse().unwrap()).collect()
+        };
+        assert_eq!((taken("a"), taken("b"), taken("c")), (vec![0, 1, 2, 3], vec![4, 5, 6], vec![7, 8, 9]));
     }
 
     #[test]

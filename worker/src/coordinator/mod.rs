@@ -116,6 +116,8 @@ pub struct Coordinator {
     handing_over: Vec<(u32, Vec<u32>, Instant)>,
     /// `scan: segmented`: askers of handoffs already judged on a whole read.
     strangers: HashSet<String>,
+    /// This worker's fair share and the live workers it was computed over, logged when they change.
+    share: (usize, usize),
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -169,6 +171,7 @@ impl Coordinator {
             reading: (0, Vec::new()),
             strangers: HashSet::new(),
             handing_over: Vec::new(),
+            share: (0, 0),
         }
     }
 
@@ -278,7 +281,21 @@ impl Coordinator {
         } else {
             self.moves(&page.leases, &page.members, &running_keys)
         };
-        for (key, to) in moves.give {
+        tracing::debug!(
+            whole,
+            target = moves.target,
+            running = self.running.len(),
+            take = moves.take.len(),
+            ask = moves.ask.len(),
+            give = moves.give.len(),
+            "planned"
+        );
+        if (moves.target, moves.workers) != self.share {
+            self.share = (moves.target, moves.workers);
+            tracing::info!(target = moves.target, workers = moves.workers, running = self.running.len(), "fair share");
+        }
+        for (key, to) in &moves.give {
+            let (key, to) = (key.clone(), to.clone());
             if let Some(running) = self.running.get_mut(&key)
                 && running.give_to.is_none()
             {
@@ -287,12 +304,27 @@ impl Coordinator {
                 running.stop.cancel();
             }
         }
+        if segmented && !whole {
+            // A request this worker refuses (it holds no more than its share, as its view has it) means
+            // the asker's view differs: judge it again on a whole read, at most once a re-read interval,
+            // rather than at the next whole read of a group at rest (minutes at scale).
+            let refused = self
+                .running
+                .values()
+                .any(|r| r.give_to.is_none() && r.held.latest().handoff_to.is_some_and(|asker| asker != self.owner()));
+            if refused && moves.give.is_empty() {
+                self.want_whole_at(self.last_whole + self.reread_interval());
+            }
+        }
         if segmented {
             // Only rows read now are acted on: a copy from an older whole read may be stale.
             moves.take.retain(|l| fresh.contains(&l.key));
             moves.expired_candidates.retain(|l| fresh.contains(&l.key));
-            let orphans = self.orphaned_free_rows(&page, &moves.take, now).await;
-            moves.take.extend(orphans);
+            // Only a segment's readers take its orphans: on a whole read every worker would race for them.
+            if !whole {
+                let orphans = self.orphaned_free_rows(&page, &moves.take, now).await;
+                moves.take.extend(orphans);
+            }
             let short = self.running.len() + moves.take.len() + self.requested.len() < moves.target;
             if !whole && short {
                 // Handoffs are asked for from a whole read only (the holders' counters must be current),
@@ -348,11 +380,12 @@ impl Coordinator {
             let mut placed = self.store.request_handoff(&lease).await;
             if segmented && matches!(placed, Err(LeaseError::ConditionFailed { .. })) {
                 // The holder renewed since the whole read (likely on a large table): read the row
-                // again and ask once more if it is still the holder's and nobody else asked, rather
-                // than wait a renew interval for the next whole read.
+                // again and ask once more if it is still the holder's and its request is still the one
+                // the plan judged (none, or a stale one to replace), rather than wait for the next
+                // whole read.
                 if let Ok(Some(now)) = self.store.get(&lease.key).await
                     && now.owner == lease.owner
-                    && now.handoff_to.is_none()
+                    && now.handoff_to == lease.handoff_to
                 {
                     placed = self.store.request_handoff(&now).await;
                 }

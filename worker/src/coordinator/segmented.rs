@@ -297,12 +297,14 @@ impl Coordinator {
         (leases.into_values().collect(), view.members.values().cloned().collect())
     }
 
-    /// Free rows read now that nobody has taken for a renew interval although they could run (every
+    /// Free rows read now that nobody has taken for a re-read interval and a renew interval although they could run (every
     /// worker that read them may believe itself at its share): taken whatever the shares say, so a
     /// lease never waits for a whole read; balance is restored by handoff. A row that looks held back
     /// only by parents this worker has not read lately gets its parents read first.
     pub(super) async fn orphaned_free_rows(&mut self, page: &LeasePage, taking: &[Lease], now: Instant) -> Vec<Lease> {
-        let patience = self.settings.renew_interval;
+        // Longer than a short worker waits between whole reads: the worker the matching dealt the row
+        // to takes it first, and the segment's readers only if it does not.
+        let patience = self.reread_interval() + self.settings.renew_interval;
         let free: Vec<Lease> = page
             .leases
             .iter()

@@ -118,6 +118,8 @@ pub struct Coordinator {
     strangers: HashSet<String>,
     /// This worker's fair share and the live workers it was computed over, logged when they change.
     share: (usize, usize),
+    /// `scan: segmented`: requests on this worker's leases (lease, asker) as of its last whole read.
+    judged_requests: HashSet<(LeaseKey, String)>,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -172,6 +174,7 @@ impl Coordinator {
             strangers: HashSet::new(),
             handing_over: Vec::new(),
             share: (0, 0),
+            judged_requests: HashSet::new(),
         }
     }
 
@@ -308,13 +311,23 @@ impl Coordinator {
             // A request this worker refuses (it holds no more than its share, as its view has it) means
             // the asker's view differs: judge it again on a whole read, at most once a re-read interval,
             // rather than at the next whole read of a group at rest (minutes at scale).
-            let refused = self
-                .running
-                .values()
-                .any(|r| r.give_to.is_none() && r.held.latest().handoff_to.is_some_and(|asker| asker != self.owner()));
+            // A request already judged on a whole read is not judged again: the view was whole then.
+            let refused = self.running.iter().any(|(key, r)| {
+                r.give_to.is_none()
+                    && r.held.latest().handoff_to.is_some_and(|asker| {
+                        asker != self.owner() && !self.judged_requests.contains(&(key.clone(), asker))
+                    })
+            });
             if refused && moves.give.is_empty() {
                 self.want_whole_at(self.last_whole + self.reread_interval());
             }
+        }
+        if segmented && whole {
+            self.judged_requests = self
+                .running
+                .iter()
+                .filter_map(|(key, r)| r.held.latest().handoff_to.map(|asker| (key.clone(), asker)))
+                .collect();
         }
         if segmented {
             // Only rows read now are acted on: a copy from an older whole read may be stale.

@@ -22,7 +22,7 @@ pub mod defaults {
     /// `lease.shardSyncInterval`.
     pub const SHARD_SYNC_INTERVAL: Duration = Duration::from_secs(10);
     /// `lease.scan`.
-    pub const LEASE_SCAN: LeaseScan = LeaseScan::Full;
+    pub const LEASE_SCAN: LeaseScan = LeaseScan::Segmented;
     /// `lease.segmentRows`.
     pub const SEGMENT_ROWS: usize = 80;
     /// `lease.checkpointInterval`.

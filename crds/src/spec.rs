@@ -272,10 +272,10 @@ pub struct LeaseTimingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub graceful_timeout: Option<String>,
-    /// How the lease table is read: `full` (default: every worker reads the whole table every
-    /// `scanInterval`) or `segmented` (experimental: the table split into segments, each read every
-    /// `scanInterval` by two workers, so reads do not grow with the number of workers; see
-    /// docs/architecture.md for what is not yet met).
+    /// How the lease table is read: `segmented` (default: the table split into segments, each read
+    /// every `scanInterval` by two workers, the whole table rarely, so reads do not grow with the
+    /// number of workers) or `full` (every worker reads the whole table every `scanInterval`; reads
+    /// grow with workers x shards). See docs/architecture.md, "Reading the lease table at scale".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scan: Option<LeaseScan>,
     /// With `scan: segmented`, about how many rows one segment holds (1-1000). Default 80.
@@ -284,9 +284,9 @@ pub struct LeaseTimingSpec {
     pub segment_rows: Option<i32>,
 }
 
-/// How workers read the lease table. Default `full`: every worker reads the whole table every scan
-/// interval; `segmented` (experimental): each worker reads two segments of the table per scan, the
-/// whole table rarely, so reads do not grow with the number of workers.
+/// How workers read the lease table. Default `segmented`: each worker reads two segments of the table
+/// per scan, the whole table rarely, so reads do not grow with the number of workers; `full`: every
+/// worker reads the whole table every scan interval.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum LeaseScan {

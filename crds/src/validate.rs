@@ -493,13 +493,13 @@ mod tests {
     }
 
     #[test]
-    fn the_scan_mode_defaults_to_full_and_segmented_is_selectable() {
+    fn the_scan_mode_defaults_to_segmented_and_full_is_selectable() {
         let resolved = spec("streams: [{name: a}]\nprocessor: {stdout: {}}").validate().expect("valid");
-        assert_eq!((resolved.lease_scan, resolved.segment_rows), (crate::LeaseScan::Full, 80));
-        let resolved = spec("streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {scan: segmented, segmentRows: 20}")
+        assert_eq!((resolved.lease_scan, resolved.segment_rows), (crate::LeaseScan::Segmented, 80));
+        let resolved = spec("streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {scan: full, segmentRows: 20}")
             .validate()
             .expect("valid");
-        assert_eq!((resolved.lease_scan, resolved.segment_rows), (crate::LeaseScan::Segmented, 20));
+        assert_eq!((resolved.lease_scan, resolved.segment_rows), (crate::LeaseScan::Full, 20));
         assert_eq!(
             fields("streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {segmentRows: 0}"),
             vec!["spec.lease.segmentRows"]

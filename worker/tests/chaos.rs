@@ -13,7 +13,7 @@
 //! writes one record per second per shard, and two slots are stayers, whose workers the nemesis never
 //! kills, stops or terminates (every other fault still reaches them): their growth from the end of the
 //! warm-up (a quarter of the round) to its end is bounded.
-//! `LEASEHOLD_CHAOS_SCAN` (`full`, the default, or `segmented`) and `LEASEHOLD_CHAOS_SEGMENT_ROWS` (2) choose how the
+//! `LEASEHOLD_CHAOS_SCAN` (`segmented`, the product's default, or `full`) and `LEASEHOLD_CHAOS_SEGMENT_ROWS` (2) choose how the
 //! workers read the lease table.
 
 #[path = "common/mod.rs"]
@@ -132,10 +132,10 @@ async fn round(
     // lineages, and the reader shrinks a page that outlasts the SDK's 3 s attempt timeout (seed
     // 4491231873834608077 stalled a shard for good before it did).
     let extra = format!("{extra}reader: {{idleTime: 100ms}}\n");
-    // The default whole-table reads; LEASEHOLD_CHAOS_SCAN=segmented reads the table in segments of
-    // about 2 rows (4 segments over 4 workers and 8 shards), so the nemesis hits workers that each read
-    // only part of it.
-    let scan = std::env::var("LEASEHOLD_CHAOS_SCAN").unwrap_or_else(|_| "full".into());
+    // Segmented reads (the default) in segments of about 2 rows (4 segments over 4 workers and 8
+    // shards), so the nemesis hits workers that each read only part of the table;
+    // LEASEHOLD_CHAOS_SCAN=full for whole-table reads.
+    let scan = std::env::var("LEASEHOLD_CHAOS_SCAN").unwrap_or_else(|_| "segmented".into());
     let segment_rows = env_u64("LEASEHOLD_CHAOS_SEGMENT_ROWS", 2);
     let timing = common::FAST_TIMING.replace('}', &format!(", scan: {scan}, segmentRows: {segment_rows}}}"));
     let config = common::config_with_timing(&stream, Some(&table), &timing, &extra);

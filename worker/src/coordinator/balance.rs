@@ -154,9 +154,19 @@ fn dealt<'a>(
     }
     let mut pool: Vec<&'a Lease> = active.iter().filter(|l| l.owner.is_none()).copied().collect();
     pool.sort_by(|a, b| a.key.cmp(&b.key));
+    // Grouped once: a plan runs every scan, over every row, at every worker.
+    let mut by_owner: HashMap<&str, Vec<&'a Lease>> = HashMap::new();
+    for lease in active {
+        if let Some(owner) = lease.owner.as_deref() {
+            by_owner.entry(owner).or_default().push(lease);
+        }
+    }
     for donor in workers {
         let surplus = held(donor).saturating_sub(targets[donor]);
-        let mut mine: Vec<&'a Lease> = active.iter().filter(|l| l.is_held_by(donor)).copied().collect();
+        if surplus == 0 {
+            continue;
+        }
+        let mut mine: Vec<&'a Lease> = by_owner.remove(donor.as_str()).unwrap_or_default();
         mine.sort_by(|a, b| a.key.cmp(&b.key));
         let already = mine.iter().filter(|l| pending(l)).count();
         pool.extend(mine.into_iter().filter(|l| !pending(l)).take(surplus.saturating_sub(already)));

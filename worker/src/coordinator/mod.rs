@@ -314,7 +314,7 @@ impl Coordinator {
             // A request already judged on a whole read is not judged again: the view was whole then.
             let refused = self.running.iter().any(|(key, r)| {
                 r.give_to.is_none()
-                    && r.held.latest().handoff_to.is_some_and(|asker| {
+                    && r.held.handoff_to().is_some_and(|asker| {
                         asker != self.owner() && !self.judged_requests.contains(&(key.clone(), asker))
                     })
             });
@@ -326,7 +326,7 @@ impl Coordinator {
             self.judged_requests = self
                 .running
                 .iter()
-                .filter_map(|(key, r)| r.held.latest().handoff_to.map(|asker| (key.clone(), asker)))
+                .filter_map(|(key, r)| r.held.handoff_to().map(|asker| (key.clone(), asker)))
                 .collect();
         }
         if segmented {

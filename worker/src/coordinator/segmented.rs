@@ -176,7 +176,7 @@ impl Coordinator {
         let askers: Vec<String> = self
             .running
             .values()
-            .filter_map(|r| r.held.latest().handoff_to)
+            .filter_map(|r| r.held.handoff_to())
             .chain(
                 page.leases.iter().filter(|l| self.running.contains_key(&l.key)).filter_map(|l| l.handoff_to.clone()),
             )
@@ -273,7 +273,7 @@ impl Coordinator {
             .iter()
             .filter(|lease| self.running.contains_key(&lease.key))
             .filter_map(|lease| lease.handoff_to.clone())
-            .chain(self.running.values().filter_map(|r| r.held.latest().handoff_to))
+            .chain(self.running.values().filter_map(|r| r.held.handoff_to()))
             .any(|asker| !alive(&asker) && !view.members.contains_key(&asker) && !self.strangers.contains(&asker));
         rows || members || strangers
     }

@@ -64,6 +64,12 @@ impl HeldLease {
         self.latest.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The handoff request on the row as the last write returned it, without copying the row (read
+    /// for every held lease at every scan).
+    pub fn handoff_to(&self) -> Option<String> {
+        self.latest.lock().unwrap_or_else(|p| p.into_inner()).handoff_to.clone()
+    }
+
     /// Cancelled once the lease is lost.
     pub fn lost(&self) -> &CancellationToken {
         &self.lost

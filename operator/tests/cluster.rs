@@ -395,13 +395,13 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
     support::install_crd(&client).await;
     let ns = support::create_namespace(&client, "op-readyz", false).await;
     let addr = format!("127.0.0.1:{}", support::free_port());
-    let mut operator = support::spawn_operator_on(
+    let mut operator = support::start_operator(support::operator_command(
         std::path::Path::new(env!("CARGO_BIN_EXE_leasehold-operator")),
         &ns,
         &support::kubeconfig_path(),
         "1s",
         &addr,
-    );
+    ));
     wait("/readyz 200", SLOW, || async {
         leasehold_testkit::server::try_http_get(&addr, "/readyz").await.map(|r| r.0) == Some(200)
     })

@@ -195,23 +195,16 @@ pub fn spawn_operator(
     kubeconfig: &std::path::Path,
     poll: &str,
 ) -> std::process::Child {
-    spawn_operator_on(binary, namespace, kubeconfig, poll, "127.0.0.1:0")
+    start_operator(operator_command(binary, namespace, kubeconfig, poll, "127.0.0.1:0"))
 }
 
-/// [`spawn_operator`] serving /metrics, /healthz and /readyz on `metrics_addr`.
-pub fn spawn_operator_on(
-    binary: &std::path::Path,
-    namespace: &str,
-    kubeconfig: &std::path::Path,
-    poll: &str,
-    metrics_addr: &str,
-) -> std::process::Child {
-    operator_command(binary, namespace, kubeconfig, poll, metrics_addr)
-        .spawn()
-        .unwrap_or_else(|e| panic!("start {}: {e}", binary.display()))
+/// Starts an [`operator_command`] (flags added or not), panicking with the binary's path if it cannot.
+pub fn start_operator(mut command: std::process::Command) -> std::process::Child {
+    command.spawn().unwrap_or_else(|e| panic!("start {}: {e}", command.get_program().to_string_lossy()))
 }
 
-/// The operator's command line and environment for the tests, output discarded; callers add flags.
+/// The operator's command line and environment for the tests (serving /metrics, /healthz and /readyz
+/// on `metrics_addr`), output discarded; callers add flags.
 pub fn operator_command(
     binary: &std::path::Path,
     namespace: &str,

@@ -65,10 +65,10 @@ pub fn plan(view: &View<'_>) -> Moves {
     let targets = targets(active.len(), &workers);
     let target = targets.get(view.me).copied().unwrap_or(0);
 
-    let mut counts: HashMap<&str, usize> = HashMap::new();
+    let mut by_owner: HashMap<&str, Vec<&Lease>> = HashMap::new();
     for lease in &active {
         if let Some(owner) = lease.owner.as_deref() {
-            *counts.entry(owner).or_default() += 1;
+            by_owner.entry(owner).or_default().push(lease);
         }
     }
     let mine = active.iter().filter(|l| view.running.contains(&l.key)).count();
@@ -80,14 +80,14 @@ pub fn plan(view: &View<'_>) -> Moves {
     );
     let mut deficit = target.saturating_sub(mine + moves.take.len() + view.requested.len());
     // The rows the group's matching deals this worker: free ones to take, others' surplus to ask for.
-    let share = dealt(&active, &workers, &alive, &targets, &counts, view);
+    let share = dealt(&active, &workers, &alive, &targets, &by_owner, view);
     let (dealt_free, dealt_held): (Vec<&Lease>, Vec<&Lease>) = share.into_iter().partition(|l| l.owner.is_none());
     for lease in dealt_free.iter().take(deficit) {
         moves.take.push((*lease).clone());
         deficit -= 1;
     }
-    let asked: Vec<Lease> = dealt_held.into_iter().take(deficit).cloned().collect();
-    deficit -= asked.len();
+    moves.ask = dealt_held.into_iter().take(deficit).cloned().collect();
+    deficit -= moves.ask.len();
     // Still short (the views disagree): any other free row, as a race the conditional write settles.
     for lease in active.iter().filter(|l| l.owner.is_none() && !dealt_free.iter().any(|d| d.key == l.key)).take(deficit)
     {
@@ -100,8 +100,6 @@ pub fn plan(view: &View<'_>) -> Moves {
         .collect();
     others.sort_by_key(|l| l.owner.as_deref().is_some_and(|o| alive.contains(o)));
     moves.expired_candidates = others.into_iter().cloned().collect();
-
-    moves.ask = asked;
 
     // Requests for our leases: honour them while we hold more than our share, and only for live askers.
     let mut surplus = mine.saturating_sub(target);
@@ -130,10 +128,10 @@ fn dealt<'a>(
     workers: &[String],
     alive: &HashSet<&str>,
     targets: &BTreeMap<String, usize>,
-    counts: &HashMap<&str, usize>,
+    by_owner: &HashMap<&str, Vec<&'a Lease>>,
     view: &View<'_>,
 ) -> Vec<&'a Lease> {
-    let held = |w: &str| counts.get(w).copied().unwrap_or(0);
+    let held = |w: &str| by_owner.get(w).map_or(0, Vec::len);
     // A request already on a row blocks no one when its asker is gone or holds its share by now (it was
     // refused, or the asker was served elsewhere): it may be replaced.
     let stale = |asker: &str| asker != view.me && (!alive.contains(asker) || held(asker) >= targets[asker]);
@@ -154,19 +152,12 @@ fn dealt<'a>(
     }
     let mut pool: Vec<&'a Lease> = active.iter().filter(|l| l.owner.is_none()).copied().collect();
     pool.sort_by(|a, b| a.key.cmp(&b.key));
-    // Grouped once: a plan runs every scan, over every row, at every worker.
-    let mut by_owner: HashMap<&str, Vec<&'a Lease>> = HashMap::new();
-    for lease in active {
-        if let Some(owner) = lease.owner.as_deref() {
-            by_owner.entry(owner).or_default().push(lease);
-        }
-    }
     for donor in workers {
         let surplus = held(donor).saturating_sub(targets[donor]);
         if surplus == 0 {
             continue;
         }
-        let mut mine: Vec<&'a Lease> = by_owner.remove(donor.as_str()).unwrap_or_default();
+        let mut mine: Vec<&'a Lease> = by_owner.get(donor.as_str()).cloned().unwrap_or_default();
         mine.sort_by(|a, b| a.key.cmp(&b.key));
         let already = mine.iter().filter(|l| pending(l)).count();
         pool.extend(mine.into_iter().filter(|l| !pending(l)).take(surplus.saturating_sub(already)));

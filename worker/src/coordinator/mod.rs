@@ -118,8 +118,8 @@ pub struct Coordinator {
     strangers: HashSet<String>,
     /// This worker's fair share and the live workers it was computed over, logged when they change.
     share: (usize, usize),
-    /// `scan: segmented`: requests on this worker's leases (lease, asker) as of its last whole read.
-    judged_requests: HashSet<(LeaseKey, String)>,
+    /// `scan: segmented`: the askers of requests on this worker's leases as of its last whole read.
+    judged_requests: HashMap<LeaseKey, String>,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -174,7 +174,7 @@ impl Coordinator {
             strangers: HashSet::new(),
             handing_over: Vec::new(),
             share: (0, 0),
-            judged_requests: HashSet::new(),
+            judged_requests: HashMap::new(),
         }
     }
 
@@ -297,8 +297,8 @@ impl Coordinator {
             self.share = (moves.target, moves.workers);
             tracing::info!(target = moves.target, workers = moves.workers, running = self.running.len(), "fair share");
         }
-        for (key, to) in &moves.give {
-            let (key, to) = (key.clone(), to.clone());
+        let gave = !moves.give.is_empty();
+        for (key, to) in moves.give {
             if let Some(running) = self.running.get_mut(&key)
                 && running.give_to.is_none()
             {
@@ -307,29 +307,8 @@ impl Coordinator {
                 running.stop.cancel();
             }
         }
-        if segmented && !whole {
-            // A request this worker refuses (it holds no more than its share, as its view has it) means
-            // the asker's view differs: judge it again on a whole read, at most once a re-read interval,
-            // rather than at the next whole read of a group at rest (minutes at scale).
-            // A request already judged on a whole read is not judged again: the view was whole then.
-            let refused = self.running.iter().any(|(key, r)| {
-                r.give_to.is_none()
-                    && r.held.handoff_to().is_some_and(|asker| {
-                        asker != self.owner() && !self.judged_requests.contains(&(key.clone(), asker))
-                    })
-            });
-            if refused && moves.give.is_empty() {
-                self.want_whole_at(self.last_whole + self.reread_interval());
-            }
-        }
-        if segmented && whole {
-            self.judged_requests = self
-                .running
-                .iter()
-                .filter_map(|(key, r)| r.held.handoff_to().map(|asker| (key.clone(), asker)))
-                .collect();
-        }
         if segmented {
+            self.judge_requests(whole, gave);
             // Only rows read now are acted on: a copy from an older whole read may be stale.
             moves.take.retain(|l| fresh.contains(&l.key));
             moves.expired_candidates.retain(|l| fresh.contains(&l.key));
@@ -360,12 +339,12 @@ impl Coordinator {
                     if from_another {
                         tracing::info!(shard = %lease.key, from = lease.owner.as_deref().unwrap_or("-"),
                             "lease taken over: its holder stopped renewing it");
-                    }
-                    if segmented && from_another {
-                        // A worker died or stalled: the group changed, so read it all at the next scan,
-                        // and tell those who read it rarely (once for all the takeovers of this scan).
-                        self.want_whole_at(Instant::now());
-                        took_over = true;
+                        if segmented {
+                            // A worker died or stalled: the group changed, so read it all at the next
+                            // scan, and tell those who read it rarely (once for all the takeovers of this scan).
+                            self.want_whole_at(Instant::now());
+                            took_over = true;
+                        }
                     }
                     self.start(acquired, sent).await
                 }

@@ -242,6 +242,33 @@ impl Coordinator {
         }
     }
 
+    /// After the plan of a scan on which this worker gave nothing: a request on one of its leases that it
+    /// refused (it holds no more than its share, as its view has it) means the asker's view differs, so
+    /// it is judged again on a whole read within a re-read interval, rather than at the next whole read
+    /// of a group at rest (minutes at scale). A request a whole read already judged is not judged again;
+    /// a whole read notes the requests it judged.
+    pub(super) fn judge_requests(&mut self, whole: bool, gave: bool) {
+        if whole {
+            self.judged_requests = self
+                .running
+                .iter()
+                .filter_map(|(key, r)| r.held.handoff_to().map(|asker| (key.clone(), asker)))
+                .collect();
+            return;
+        }
+        if gave {
+            return;
+        }
+        let me = self.owner();
+        let refused = self.running.iter().any(|(key, r)| {
+            r.give_to.is_none()
+                && r.held.handoff_to().is_some_and(|asker| asker != me && self.judged_requests.get(key) != Some(&asker))
+        });
+        if refused {
+            self.want_whole_at(self.last_whole + self.reread_interval());
+        }
+    }
+
     /// Brings the next whole read forward to `at`.
     pub(super) fn want_whole_at(&mut self, at: Instant) {
         self.whole_at = self.whole_at.min(at);

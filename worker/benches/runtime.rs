@@ -68,6 +68,46 @@ async fn move_times(kinesis: &aws_sdk_kinesis::Client, trials: usize, signal: &s
     times
 }
 
+/// Groups of `workers` on `shards`-shard streams with the default timing (and scan, segmented): in
+/// each, once the group is balanced and at rest, one worker is stopped with SIGTERM; returns how long
+/// each of its shards took to be held by another worker (what a rolling deploy feels).
+async fn group_handoff_times(
+    kinesis: &aws_sdk_kinesis::Client,
+    workers: usize,
+    shards: i32,
+    trials: usize,
+) -> Vec<Duration> {
+    let mut times = Vec::new();
+    let total = usize::try_from(shards).expect("shards");
+    for trial in 0..trials {
+        let stream = leasehold_testkit::create_stream(kinesis, "bench-group-term", shards).await;
+        let table = leasehold_testkit::unique_name("bench-group-term");
+        let config = default_config(&stream, &table, "startPosition: TRIM_HORIZON\n");
+        let group: Vec<WorkerProcess> =
+            (0..workers).map(|i| spawn(&config, &format!("gterm-{workers}x{shards}-{trial}-{i:02}"))).collect();
+        let (low, high) = (total / workers, total.div_ceil(workers));
+        wait_for("group balanced", Duration::from_secs(120), || {
+            let held: Vec<usize> = group.iter().map(|w| w.held_shards().len()).collect();
+            held.iter().sum::<usize>() == total && held.iter().all(|h| (low..=high).contains(h))
+        });
+        // At rest, as a deployment is when it rolls: whole reads have become rare. The extra offset
+        // spreads the stops over a renew interval, so the trials sample every phase of it.
+        tokio::time::sleep(Duration::from_secs(10) + Duration::from_millis(3000 * trial as u64 / trials as u64)).await;
+        let (leaver, others) = group.split_first().expect("a group");
+        let moving = leaver.held_shards();
+        leaver.signal("TERM");
+        let stopped = Instant::now();
+        for shard in moving {
+            let taken = || {
+                others.iter().filter_map(|w| event_time(w, "lease acquired", &shard)).filter(|at| *at > stopped).min()
+            };
+            wait_for("another worker takes the shard", Duration::from_secs(40), || taken().is_some());
+            times.push(taken().expect("taken").duration_since(stopped));
+        }
+    }
+    times
+}
+
 async fn rebalance(kinesis: &aws_sdk_kinesis::Client, shards: i32, workers: usize) -> Duration {
     let stream = leasehold_testkit::create_stream(kinesis, "bench-rebalance", shards).await;
     let table = leasehold_testkit::unique_name("bench-rebalance");
@@ -341,6 +381,15 @@ async fn main() {
     if run("handoff") {
         let times = move_times(&kinesis, 10, "TERM").await;
         println!("- graceful handoff (SIGTERM -> partner acquires the shard): {} — target <= 1 s", stats(times));
+    }
+    if run("group-handoff") {
+        for (workers, shards, trials) in [(3, 4, 6), (10, 100, 3)] {
+            let times = group_handoff_times(&kinesis, workers, shards, trials).await;
+            println!(
+                "- SIGTERM in a group of {workers} on {shards} shards (segmented) -> each of its shards held elsewhere: {} — target max <= 0.5 s",
+                stats(times)
+            );
+        }
     }
     if run("rebalance") {
         let took = rebalance(&kinesis, 100, 10).await;

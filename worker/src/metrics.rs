@@ -63,6 +63,9 @@ pub struct Metrics {
     pub fanout_subscriptions_replaced: Family<Labels, Counter>,
     /// Shards given up (lease released) because no subscription delivered within a lease duration.
     pub fanout_shards_given_up: Counter,
+    /// Checks of a quiet fan-out shard's end with one GetRecords, by outcome (`ended`: closed and read
+    /// to its end, finished; `open`; `failed`).
+    pub fanout_end_checks: Family<Labels, Counter>,
     /// Stream consumers this worker registered (it found them absent).
     pub fanout_consumers_registered: Counter,
     /// GetRecords calls that timed out (each halves its shard's page limit, down to 10).
@@ -95,6 +98,7 @@ impl Default for Metrics {
             fanout_subscribe_failures: Family::default(),
             fanout_subscriptions_replaced: Family::default(),
             fanout_shards_given_up: Counter::default(),
+            fanout_end_checks: Family::default(),
             fanout_consumers_registered: Counter::default(),
             get_records_timeouts: Counter::default(),
             get_records_limit: Family::default(),
@@ -170,6 +174,11 @@ impl Default for Metrics {
             metrics.fanout_shards_given_up.clone(),
         );
         registry.register(
+            "fanout_end_checks",
+            "Checks of a quiet fan-out shard's end with GetRecords, by outcome (ended, open, failed)",
+            metrics.fanout_end_checks.clone(),
+        );
+        registry.register(
             "fanout_consumers_registered",
             "Stream consumers this worker registered",
             metrics.fanout_consumers_registered.clone(),
@@ -222,6 +231,11 @@ impl Metrics {
     /// How many subscriptions were replaced for `reason`.
     pub fn subscriptions_replaced(&self, reason: &'static str) -> u64 {
         self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).get()
+    }
+
+    /// Counts a check of a quiet fan-out shard's end, by `outcome`.
+    pub fn fanout_end_checked(&self, outcome: &'static str) {
+        self.fanout_end_checks.get_or_create(&label("outcome", outcome)).inc();
     }
 
     /// Sets how far behind the tip `shard` was at its last read.

@@ -46,8 +46,9 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order(e
     assert_exactly_once(&deliveries, &expected);
     assert_per_key_order(&refs);
     assert_eq!(check_handovers(&deliveries), 0, "cooperative handoffs must not redeliver");
-    if emulator == Emulator::FanOut {
-        assert_one_consumer_read_every_shard(&refs, &table).await;
+    if matches!(emulator, Emulator::FanOut | Emulator::KinesisMockFanOut) {
+        let consumers = registered_consumers(emulator, &kinesis, &stream).await;
+        assert_one_consumer_read_every_shard(&refs, &table, consumers).await;
     }
     let [a, b, c] = &mut workers;
     assert_running(&mut [a, b, c]);
@@ -56,13 +57,8 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order(e
 /// The workers registered one stream consumer for their group (named after its lease table), read
 /// every shard through subscriptions (each reporting how far behind it is), and no subscription went
 /// silent or broke.
-async fn assert_one_consumer_read_every_shard(workers: &[&WorkerProcess], table: &str) {
-    let mine: Vec<String> = common::fanout::shared_fan_out()
-        .controls
-        .registered_consumers()
-        .into_iter()
-        .filter(|arn| arn.contains(&format!("consumer/{table}:")))
-        .collect();
+async fn assert_one_consumer_read_every_shard(workers: &[&WorkerProcess], table: &str, consumers: Vec<String>) {
+    let mine: Vec<String> = consumers.into_iter().filter(|arn| arn.contains(&format!("consumer/{table}:"))).collect();
     assert_eq!(mine.len(), 1, "one stream consumer for the group: {mine:?}");
     let mut sums = [0.0; 4];
     for worker in workers {
@@ -87,6 +83,18 @@ async fn assert_one_consumer_read_every_shard(workers: &[&WorkerProcess], table:
     assert!(subscriptions >= 4.0, "every shard subscribed, {subscriptions}");
     // A healthy server: nothing silent or broken (the SDK's timeouts leave event streams be).
     assert_eq!((idle, broken), (0.0, 0.0), "subscriptions replaced as idle, broken");
+}
+
+/// The ARNs of the stream consumers registered on `stream`: as the test's fan-out server recorded
+/// them, or as kinesis-mock lists them.
+async fn registered_consumers(emulator: Emulator, kinesis: &aws_sdk_kinesis::Client, stream: &str) -> Vec<String> {
+    if emulator == Emulator::FanOut {
+        return common::fanout::shared_fan_out().controls.registered_consumers();
+    }
+    let summary = kinesis.describe_stream_summary().stream_name(stream).send().await.expect("describe the stream");
+    let arn = summary.stream_description_summary.expect("a summary").stream_arn;
+    let listed = kinesis.list_stream_consumers().stream_arn(arn).send().await.expect("list stream consumers");
+    listed.consumers.unwrap_or_default().into_iter().map(|c| c.consumer_arn).collect()
 }
 
 on_every_ground!(three_workers_share_four_shards_and_process_every_record_in_key_order);

@@ -1,6 +1,6 @@
-//! `lease.scan: segmented` (opt-in, experimental) with the table split into several segments (`segmentRows`
+//! `lease.scan: segmented` (the default) with the table split into several segments (`segmentRows`
 //! small), so each worker reads only part of it: a dead worker's shards are still taken within a
-//! lease duration and a second, a joiner gets its share within 10 s, and the shard list is synced by
+//! lease duration and a few scans, a joiner gets its share within 10 s, and the shard list is synced by
 //! one worker, whose loss another takes over.
 
 mod common;
@@ -17,6 +17,13 @@ use leasehold_testkit::proxy::{FaultPolicy, FaultProxy};
 const LEASE: Duration = Duration::from_secs(2);
 
 const START: &str = "startPosition: TRIM_HORIZON\n";
+
+/// How long past the lease a dead worker's shard may take to be held elsewhere. Quiet, it is a few
+/// scans (250 ms each); with both cores busy, 1.1-1.8 s were seen on both emulators (the checks, the
+/// acquire and the log line all wait for a core). The slow paths this guards against are at least
+/// 4 s late: a row no survivor watches is found at a whole read (every 4 scans x 4 workers) and then
+/// watched for a whole lease.
+const TAKEOVER_SLACK: Duration = Duration::from_millis(2500);
 
 /// A config with `scan: segmented` and segments of about `rows` rows.
 fn segmented_config(emulator: Emulator, stream: &str, table: &str, timing: &str, rows: usize) -> String {
@@ -73,7 +80,7 @@ fn no_shard_twice(workers: &[&WorkerProcess]) -> bool {
     held.iter().collect::<HashSet<_>>().len() == held.len()
 }
 
-async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_second(emulator: Emulator) {
+async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_few_scans(emulator: Emulator) {
     let kinesis = emulator.client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "segkill", 8).await;
     let table = leasehold_testkit::unique_name("segkill");
@@ -114,9 +121,9 @@ async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_second(emulator: E
             .expect("taken over")
             .duration_since(killed_at);
         println!("{shard}: failover {taken:?}");
-        if taken > LEASE + Duration::from_secs(1) {
+        if taken > LEASE + TAKEOVER_SLACK {
             show(&std::iter::once(&victim).chain(survivors.iter().copied()).collect::<Vec<_>>());
-            panic!("{shard} took {taken:?} (lease {LEASE:?} + 1 s)");
+            panic!("{shard} took {taken:?} (lease {LEASE:?} + {TAKEOVER_SLACK:?})");
         }
     }
     let written = producer.stop().await;
@@ -259,7 +266,7 @@ async fn only_the_term_holder_lists_shards_and_a_throttled_listing_still_complet
 
 on_both_emulators!(
     only_the_term_holder_lists_shards_and_a_throttled_listing_still_completes,
-    a_dead_workers_shards_are_taken_within_a_lease_and_a_second,
+    a_dead_workers_shards_are_taken_within_a_lease_and_a_few_scans,
     a_joiner_gets_its_share_within_ten_seconds,
     one_worker_syncs_the_shards_and_another_takes_over_when_it_dies,
 );

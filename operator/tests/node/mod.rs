@@ -91,7 +91,7 @@ pub fn worker_image() -> String {
 
 /// The operator as a process watching `namespace`, its worker pods running [`worker_image`] (polling
 /// shard counts every `poll`).
-pub fn spawn_operator(binary: &std::path::Path, namespace: &str, poll: &str) -> std::process::Child {
+pub fn spawn_operator(binary: &std::path::Path, namespace: &str, poll: &str) -> leasehold_testkit::process::KillOnDrop {
     let mut command =
         crate::support::operator_command(binary, namespace, &crate::support::kubeconfig_path(), poll, "127.0.0.1:0");
     command.args(["--worker-image", &worker_image()]);

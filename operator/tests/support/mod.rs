@@ -16,6 +16,7 @@ use kube::{Api, Client, CustomResourceExt, ResourceExt};
 use leasehold_crds::StreamConsumer;
 use leasehold_operator::context::{Context, Settings};
 use leasehold_operator::metrics::Metrics;
+use leasehold_testkit::process::KillOnDrop;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
@@ -194,13 +195,15 @@ pub fn spawn_operator(
     namespace: &str,
     kubeconfig: &std::path::Path,
     poll: &str,
-) -> std::process::Child {
+) -> KillOnDrop {
     start_operator(operator_command(binary, namespace, kubeconfig, poll, "127.0.0.1:0"))
 }
 
-/// Starts an [`operator_command`] (flags added or not), panicking with the binary's path if it cannot.
-pub fn start_operator(mut command: std::process::Command) -> std::process::Child {
-    command.spawn().unwrap_or_else(|e| panic!("start {}: {e}", command.get_program().to_string_lossy()))
+/// Starts an [`operator_command`] (flags added or not), panicking with the binary's path if it cannot;
+/// the process is killed when the test ends, passed or failed.
+pub fn start_operator(mut command: std::process::Command) -> KillOnDrop {
+    let child = command.spawn().unwrap_or_else(|e| panic!("start {}: {e}", command.get_program().to_string_lossy()));
+    KillOnDrop::new(child)
 }
 
 /// The operator's command line and environment for the tests (serving /metrics, /healthz and /readyz

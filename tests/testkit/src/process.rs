@@ -200,6 +200,38 @@ impl Drop for WorkerProcess {
     }
 }
 
+/// A child process a test started (an operator, a helper), killed and reaped when dropped: a test
+/// that fails part-way (panics) leaves no process running behind it.
+pub struct KillOnDrop(Child);
+
+impl KillOnDrop {
+    /// Takes charge of `child`.
+    pub fn new(child: Child) -> Self {
+        Self(child)
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Resident memory of process `pid` in MiB (Linux `/proc`), 0 when it cannot be read.
 pub fn rss_mib(pid: u32) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

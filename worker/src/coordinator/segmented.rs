@@ -165,6 +165,15 @@ impl Coordinator {
             if !changed {
                 return Ok(Read { page, whole: false });
             }
+            if !self.freed.is_empty() {
+                // Rows freed by their holder (a worker shutting down) are taken from this read at once,
+                // as a whole scan would: reading the whole table first would add a read to the
+                // handoff, and that read's plan deals the rows to workers that may read no segment
+                // and learn of the change only from the change row (a renew interval later). The
+                // whole read the change calls for comes at the next scan.
+                self.want_whole_at(now);
+                return Ok(Read { page, whole: false });
+            }
             tracing::debug!("the group changed: reading the whole table");
         }
         let page = self.store.list_segment(0, 1).await?;

@@ -77,6 +77,8 @@ impl ShardReader {
         // waiting for ACTIVE may take a while on first use), or the end of the last subscription that
         // delivered an event.
         let mut down_since = Instant::now();
+        // Since when no record has come (or the shard's end was last checked).
+        let mut quiet_since = Instant::now();
         loop {
             if self.held.lost().is_cancelled() {
                 return Ok(ShardExit::Lost);
@@ -141,11 +143,14 @@ impl ShardReader {
                     idle_timeout
                         .min((down_since + self.settings.resubscribe_limit).saturating_duration_since(Instant::now()))
                 };
-                match self.drive(d, self.next_event(&mut subscription, wait)).await? {
+                match self.await_event(d, cursor, &mut subscription, wait).await? {
                     Next::Event(event) => {
                         delivered = true;
                         failures = subscribe_backoff();
                         let FanOutEvent { records, continuation: next, millis_behind } = event;
+                        if !records.is_empty() {
+                            quiet_since = Instant::now();
+                        }
                         if let Some(exit) = self.deliver(d, cursor, &mut unpacker, records, Some(millis_behind)).await?
                         {
                             return Ok(exit);
@@ -156,6 +161,10 @@ impl ShardReader {
                                 drop(subscription);
                                 return self.finish(d, cursor).await;
                             }
+                        }
+                        if self.quiet_shard_ended(d, cursor, &continuation, &mut quiet_since).await? {
+                            drop(subscription);
+                            return self.finish(d, cursor).await;
                         }
                         self.maybe_checkpoint(d, cursor).await?;
                     }
@@ -171,6 +180,9 @@ impl ShardReader {
             drop(subscription);
             if delivered {
                 down_since = Instant::now();
+            }
+            if self.quiet_shard_ended(d, cursor, &continuation, &mut quiet_since).await? {
+                return self.finish(d, cursor).await;
             }
             metrics.subscription_replaced(why.0);
             match (why, replace_log.allow()) {
@@ -223,6 +235,76 @@ impl ShardReader {
             if self.held.lost().is_cancelled() {
                 return Ok(Some(ShardExit::Lost));
             }
+        }
+    }
+
+    /// True when the subscription has brought no record for `end_check_interval` and one GetRecords
+    /// after `continuation` (or the cursor, before any event) shows the shard closed and read to its
+    /// end. The service ends a closed shard's subscription itself (no continuation, child shards), but
+    /// an implementation that keeps sending empty events for it (kinesis-mock) must not hold a finished
+    /// parent, and its children unread, forever. A failed check is tried again an interval later.
+    async fn quiet_shard_ended(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &Cursor,
+        continuation: &Option<String>,
+        quiet_since: &mut Instant,
+    ) -> Flow<bool> {
+        if quiet_since.elapsed() < self.settings.end_check_interval {
+            return Ok(false);
+        }
+        *quiet_since = Instant::now();
+        let from = match continuation {
+            Some(sequence) => StartAt::AfterSequence(sequence.clone()),
+            None => match start_at(&cursor.fetched) {
+                Some(from) => from,
+                None => return Ok(true),
+            },
+        };
+        let key = self.held.key();
+        let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
+        let checked = async {
+            let Some(iterator) = self.kinesis.iterator(&stream, &shard, &from).await? else { return Ok(true) };
+            let batch = self.kinesis.get_records(&stream, &shard, &iterator, 1).await?;
+            Ok::<_, KinesisError>(batch.records.is_empty() && batch.next_iterator.is_none())
+        };
+        match self.drive(d, checked).await? {
+            Ok(ended) => {
+                self.runner.metrics().fanout_end_checked(if ended { "ended" } else { "open" });
+                if ended {
+                    tracing::info!(shard = %key, "the subscription brought nothing and GetRecords shows the shard closed and read to its end");
+                }
+                Ok(ended)
+            }
+            Err(e) => {
+                self.runner.metrics().fanout_end_checked("failed");
+                tracing::debug!(shard = %key, error = %e, "could not check the end of a quiet shard; checking again later");
+                Ok(false)
+            }
+        }
+    }
+
+    /// The next event of `subscription` (as [`Self::next_event`]), checkpointing the done prefix every
+    /// `checkpointInterval` meanwhile: records finish after the event that brought them, and with an
+    /// implementation that pushes once a second (kinesis-mock) they would otherwise stay
+    /// uncheckpointed, and be read again after a crash, until the next event.
+    async fn await_event(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &mut Cursor,
+        subscription: &mut Subscription,
+        wait: Duration,
+    ) -> Flow<Next> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let tick = (Instant::now() + self.settings.checkpoint_interval).min(deadline);
+            let next =
+                self.drive(d, self.next_event(subscription, tick.saturating_duration_since(Instant::now()))).await?;
+            if matches!(next, Next::Idle) && Instant::now() < deadline {
+                self.maybe_checkpoint(d, cursor).await?;
+                continue;
+            }
+            return Ok(next);
         }
     }
 

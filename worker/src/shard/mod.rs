@@ -50,6 +50,10 @@ pub struct ReaderSettings {
     /// Fan-out: a shard whose subscription cannot be re-established (no event from a new one) within
     /// this long is given up and its lease released (`lease.duration`).
     pub resubscribe_limit: Duration,
+    /// Fan-out: a subscription that has brought no record for this long has its shard's end checked
+    /// with one GetRecords (`lease.shardSyncInterval`), since an implementation may never end a closed
+    /// shard's subscription.
+    pub end_check_interval: Duration,
 }
 
 impl ReaderSettings {
@@ -66,6 +70,7 @@ impl ReaderSettings {
             mode: spec.mode,
             subscription_idle_timeout: spec.durations.subscription_idle_timeout,
             resubscribe_limit: spec.durations.lease,
+            end_check_interval: spec.durations.shard_sync_interval,
         }
     }
 }

@@ -345,6 +345,9 @@ pub enum Emulator {
     /// kinesalite, the workers reading with enhanced fan-out through the process's shared fan-out
     /// server ([`fanout::shared_fan_out`]).
     FanOut,
+    /// kinesis-mock, the workers reading with enhanced fan-out through its own SubscribeToShard (a
+    /// second implementation: it pushes once a second and never ends a closed shard's subscription).
+    KinesisMockFanOut,
 }
 
 impl Emulator {
@@ -352,7 +355,7 @@ impl Emulator {
     pub fn service(self) -> leasehold_testkit::Service {
         match self {
             Emulator::Kinesalite | Emulator::FanOut => leasehold_testkit::Service::Kinesis,
-            Emulator::KinesisMock => leasehold_testkit::Service::KinesisMock,
+            Emulator::KinesisMock | Emulator::KinesisMockFanOut => leasehold_testkit::Service::KinesisMock,
         }
     }
 
@@ -360,7 +363,7 @@ impl Emulator {
     pub async fn client(self) -> aws_sdk_kinesis::Client {
         match self {
             Emulator::Kinesalite | Emulator::FanOut => leasehold_testkit::kinesis_client().await,
-            Emulator::KinesisMock => leasehold_testkit::kinesis_mock_client().await,
+            Emulator::KinesisMock | Emulator::KinesisMockFanOut => leasehold_testkit::kinesis_mock_client().await,
         }
     }
 
@@ -371,8 +374,15 @@ impl Emulator {
 
     /// [`config_with_timing`] reading from this emulator.
     pub fn config_with_timing(self, stream: &str, table: Option<&str>, timing: &str, extra: &str) -> String {
-        if self == Emulator::FanOut {
-            return fanout::fan_out_config_at(&fanout::shared_fan_out().endpoint, stream, table, timing, extra);
+        match self {
+            Emulator::FanOut => {
+                return fanout::fan_out_config_at(&fanout::shared_fan_out().endpoint, stream, table, timing, extra);
+            }
+            Emulator::KinesisMockFanOut => {
+                let endpoint = leasehold_testkit::endpoint(self.service());
+                return fanout::fan_out_config_at(&endpoint, stream, table, timing, extra);
+            }
+            Emulator::Kinesalite | Emulator::KinesisMock => {}
         }
         let config = config_with_timing(stream, table, timing, extra);
         with_endpoint(&config, leasehold_testkit::Service::Kinesis, &leasehold_testkit::endpoint(self.service()))
@@ -403,11 +413,13 @@ macro_rules! on_both_emulators {
     };
 }
 
-/// [`on_both_emulators!`], plus the test `<name>::fan_out` on [`Emulator::FanOut`].
+/// [`on_both_emulators!`], plus the tests `<name>::fan_out` on [`Emulator::FanOut`] and
+/// `<name>::fan_out_kinesis_mock` on [`Emulator::KinesisMockFanOut`].
 #[macro_export]
 macro_rules! on_every_ground {
     ($($name:ident),* $(,)?) => {
-        $( $crate::ground_tests!($name: kinesalite => Kinesalite, kinesis_mock => KinesisMock, fan_out => FanOut); )*
+        $( $crate::ground_tests!($name: kinesalite => Kinesalite, kinesis_mock => KinesisMock, fan_out => FanOut,
+            fan_out_kinesis_mock => KinesisMockFanOut); )*
     };
 }
 

@@ -4,11 +4,20 @@
 # directory holding both binaries. Idempotent.
 #   tests/ground/prometheus.sh install   # prints the bin directory
 #   tests/ground/prometheus.sh path      # prints it if installed, fails otherwise
-# The tests find the binaries at $LEASEHOLD_CACHE/prometheus/bin/{prometheus,promtool}.
+#   tests/ground/prometheus.sh crds      # the Prometheus Operator's CRDs (PodMonitor, ServiceMonitor,
+#                                        # PrometheusRule) from its Go module; prints their directory
+# The tests find the binaries at $LEASEHOLD_CACHE/prometheus/bin/{prometheus,promtool} and the CRDs in
+# $LEASEHOLD_CACHE/prometheus/crds-<version>/.
 source "$(dirname "$0")/common.sh"
 
 DIR="$LEASEHOLD_CACHE/prometheus"
 BIN_DIR="$DIR/bin"
+
+# The Prometheus Operator release whose CRD schemas the chart's objects are checked against
+# (operator/tests/monitoring_crds.rs); its Go module ships them under example/prometheus-operator-crd/.
+OPERATOR_VERSION=v0.85.0
+CRD_DIR="$DIR/crds-$OPERATOR_VERSION"
+CRDS="podmonitors servicemonitors prometheusrules"
 
 installed() { [ -x "$BIN_DIR/prometheus" ] && [ -x "$BIN_DIR/promtool" ]; }
 
@@ -38,5 +47,19 @@ case "${1:-install}" in
     installed || die "prometheus not installed: run tests/ground/prometheus.sh install"
     echo "$BIN_DIR"
     ;;
-  *) die "usage: $0 install|path" ;;
+  crds)
+    if [ ! -f "$CRD_DIR/.complete" ]; then
+      command -v go >/dev/null || die "go is not installed (tests/ground/install-toolchain.sh)"
+      command -v jq >/dev/null || die "jq is not installed (apt-get install jq)"
+      log "fetching the Prometheus Operator $OPERATOR_VERSION CRDs from the Go module proxy"
+      src="$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$OPERATOR_VERSION" | jq -r .Dir)"
+      [ -d "$src/example/prometheus-operator-crd" ] || die "go mod download of prometheus-operator@$OPERATOR_VERSION failed"
+      mkdir -p "$CRD_DIR"
+      for c in $CRDS; do cp -f "$src/example/prometheus-operator-crd/monitoring.coreos.com_$c.yaml" "$CRD_DIR/"; done
+      chmod 644 "$CRD_DIR"/*.yaml
+      touch "$CRD_DIR/.complete"
+    fi
+    echo "$CRD_DIR"
+    ;;
+  *) die "usage: $0 install|path|crds" ;;
 esac

@@ -26,6 +26,11 @@ prometheus:
 	$(GROUND)/prometheus.sh install >/dev/null
 	$(GROUND)/prometheus.sh crds >/dev/null
 
+## The plots of docs/benchmarks.md and docs/operations.md: docs/plots/plot.py (matplotlib in a venv in the
+## cache) draws docs/plots/*.png from docs/plots/data/.
+plots:
+	$(GROUND)/plots.sh run
+
 ## libfaketime (Debian's, unpacked into the cache) for the chaos suite's clock skew.
 faketime:
 	$(GROUND)/faketime.sh install >/dev/null

@@ -71,7 +71,8 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
     run(Command::new(prometheus_tool("promtool")).arg("check").arg("rules").arg(&rules));
     let tests = repo().join("operator/tests/prometheus/alerts.test.yaml");
     std::fs::copy(&tests, dir.join("alerts.test.yaml")).unwrap();
-    let out = run(Command::new(prometheus_tool("promtool")).current_dir(&dir).args(["test", "rules", "alerts.test.yaml"]));
+    let out =
+        run(Command::new(prometheus_tool("promtool")).current_dir(&dir).args(["test", "rules", "alerts.test.yaml"]));
     assert!(out.contains("SUCCESS"), "{out}");
 
     // One unit test per alert: every alert named in the test file, both firing and quiet.

@@ -69,7 +69,8 @@ async fn rendered_monitoring_objects_validate_against_the_prometheus_operator_cr
         "-f",
     ])
     .arg(&file));
-    for object in ["podmonitor.monitoring.coreos.com/t-leasehold-workers", "prometheusrule.monitoring.coreos.com/t-leasehold"]
+    for object in
+        ["podmonitor.monitoring.coreos.com/t-leasehold-workers", "prometheusrule.monitoring.coreos.com/t-leasehold"]
     {
         assert!(applied.contains(object), "{object} not applied:\n{applied}");
     }

@@ -199,7 +199,8 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
         WorkerProcess::spawn(&worker_binary, &orders_config, "orders-workers-b"),
     ];
     // failing: its processor answers 500; one attempt, then the record is skipped.
-    let sink = LocalServer::start(Router::new().route("/records", post(|| async { StatusCode::INTERNAL_SERVER_ERROR }))).await;
+    let sink =
+        LocalServer::start(Router::new().route("/records", post(|| async { StatusCode::INTERNAL_SERVER_ERROR }))).await;
     let failing_stream = leasehold_testkit::create_stream(&kinesis, "promfail", 1).await;
     let failing = WorkerProcess::spawn(
         &worker_binary,
@@ -232,8 +233,12 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
         "fanout-workers-a",
     );
 
-    let mut targets = vec![(operator_address.clone(), BTreeMap::from([("namespace", namespace.clone()), ("pod", "operator".to_string())]))];
-    for (worker, consumer) in [(&group[0], "orders"), (&group[1], "orders"), (&failing, "failing"), (&fanout, "fanout")] {
+    let mut targets = vec![(
+        operator_address.clone(),
+        BTreeMap::from([("namespace", namespace.clone()), ("pod", "operator".to_string())]),
+    )];
+    for (worker, consumer) in [(&group[0], "orders"), (&group[1], "orders"), (&failing, "failing"), (&fanout, "fanout")]
+    {
         targets.push((metrics_address(worker), labels(consumer, &worker.owner)));
     }
     let docs = documents(&render(&[]));
@@ -292,10 +297,13 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
         prometheus.api("/api/v1/label/__name__/values").await
     );
     assert!(checks.len() >= 30, "{} checks", checks.len());
+    // The check can fail: a misspelled name finds nothing.
+    assert!(prometheus.query("sum by (consumer) (leasehold_records_procesed_total)").await.is_empty());
 
     // Prometheus loaded the chart's rules and evaluates each without error.
     let groups = prometheus.api("/api/v1/rules").await["groups"].as_array().cloned().unwrap_or_default();
-    let evaluated: Vec<Value> = groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect();
+    let evaluated: Vec<Value> =
+        groups.iter().flat_map(|g| g["rules"].as_array().cloned().unwrap_or_default()).collect();
     assert_eq!(evaluated.len(), alerts(&docs).len(), "rules loaded: {groups:?}");
     for rule in &evaluated {
         assert_eq!(rule["health"], "ok", "{rule}");
@@ -313,10 +321,15 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
                     series.push(json!({"legend": target["legendFormat"], "metric": result["metric"], "values": result["values"]}));
                 }
             }
-            panels.push(json!({"title": panel["title"], "unit": panel["fieldConfig"]["defaults"]["unit"], "series": series}));
+            panels.push(
+                json!({"title": panel["title"], "unit": panel["fieldConfig"]["defaults"]["unit"], "series": series}),
+            );
         }
-        std::fs::write(&file, serde_json::to_string_pretty(&json!({"seconds": end - started, "panels": panels})).unwrap())
-            .unwrap();
+        std::fs::write(
+            &file,
+            serde_json::to_string_pretty(&json!({"seconds": end - started, "panels": panels})).unwrap(),
+        )
+        .unwrap();
     }
 
     let _ = operator.kill();

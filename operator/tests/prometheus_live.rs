@@ -6,7 +6,8 @@
 //! skipped), a fan-out consumer whose subscriptions are refused and replaced, and a StreamConsumer whose
 //! lease table cannot be reached (reconcile failures). Targets carry the labels the chart's PodMonitor
 //! gives worker series (namespace, pod, consumer). Prometheus also loads the rendered rules, which must
-//! all evaluate without error.
+//! all evaluate without error, and the skipped records fire LeaseholdRecordsDropped for their consumer
+//! only.
 //!
 //! `LEASEHOLD_DASHBOARD_DATA=<file>` also writes every panel's series over the run to that file (what
 //! docs/plots/plot.py draws as docs/plots/dashboard.png); `LEASEHOLD_DASHBOARD_SECONDS` lengthens the run.
@@ -308,6 +309,16 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
     for rule in &evaluated {
         assert_eq!(rule["health"], "ok", "{rule}");
     }
+    // With the chart's default thresholds, the skipped records fire LeaseholdRecordsDropped (its `for` is
+    // 0) for the failing consumer, and for no other.
+    let firing = r#"ALERTS{alertname="LeaseholdRecordsDropped", alertstate="firing"}"#;
+    let waited = Instant::now();
+    while prometheus.query(firing).await.is_empty() && waited.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let consumers: Vec<Value> =
+        prometheus.query(firing).await.iter().map(|s| s["metric"]["consumer"].clone()).collect();
+    assert_eq!(consumers, [json!("failing")], "LeaseholdRecordsDropped firing for {consumers:?}");
 
     if let Ok(file) = std::env::var("LEASEHOLD_DASHBOARD_DATA") {
         let end = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs_f64();

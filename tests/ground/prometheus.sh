@@ -52,7 +52,10 @@ case "${1:-install}" in
       command -v go >/dev/null || die "go is not installed (tests/ground/install-toolchain.sh)"
       command -v jq >/dev/null || die "jq is not installed (apt-get install jq)"
       log "fetching the Prometheus Operator $OPERATOR_VERSION CRDs from the Go module proxy"
-      src="$(cd "$(mktemp -d)" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$OPERATOR_VERSION" | jq -r .Dir)"
+      # Outside any module, `go mod download` fetches into the module cache and prints where.
+      tmp="$(mktemp -d)"
+      src="$(cd "$tmp" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$OPERATOR_VERSION" | jq -r .Dir)"
+      rm -rf "$tmp"
       [ -d "$src/example/prometheus-operator-crd" ] || die "go mod download of prometheus-operator@$OPERATOR_VERSION failed"
       mkdir -p "$CRD_DIR"
       for c in $CRDS; do cp -f "$src/example/prometheus-operator-crd/monitoring.coreos.com_$c.yaml" "$CRD_DIR/"; done

@@ -298,6 +298,18 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
         prometheus.api("/api/v1/label/__name__/values").await
     );
     assert!(checks.len() >= 30, "{} checks", checks.len());
+    // Every name the worker and the operator export was reviewed against Prometheus' naming conventions:
+    // charts/leasehold/CHANGELOG.md lists it, as conforming or with its intended rename.
+    let changelog = std::fs::read_to_string(format!("{}/CHANGELOG.md", chart())).unwrap();
+    let names = prometheus.api("/api/v1/label/__name__/values").await;
+    let mut unreviewed = Vec::new();
+    for name in names.as_array().unwrap().iter().filter_map(Value::as_str).filter(|n| n.starts_with("leasehold_")) {
+        let base = ["_bucket", "_sum", "_count"].iter().fold(name, |n, suffix| n.strip_suffix(suffix).unwrap_or(n));
+        if !changelog.contains(&format!("`{base}`")) && !changelog.contains(&format!("`{base}{{")) {
+            unreviewed.push(base.to_string());
+        }
+    }
+    assert!(unreviewed.is_empty(), "metrics missing from the chart CHANGELOG's naming review: {unreviewed:?}");
     // The check can fail: a misspelled name finds nothing.
     assert!(prometheus.query("sum by (consumer) (leasehold_records_procesed_total)").await.is_empty());
 

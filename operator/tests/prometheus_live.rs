@@ -348,11 +348,8 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
                 json!({"title": panel["title"], "unit": panel["fieldConfig"]["defaults"]["unit"], "series": series}),
             );
         }
-        std::fs::write(
-            &file,
-            serde_json::to_string_pretty(&json!({"seconds": end - started, "panels": panels})).unwrap(),
-        )
-        .unwrap();
+        std::fs::write(&file, serde_json::to_string(&json!({"seconds": end - started, "panels": panels})).unwrap())
+            .unwrap();
     }
 
     let _ = operator.kill();

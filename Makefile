@@ -5,11 +5,11 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: prometheus plots check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included).
-test: emulators control-plane faketime lint test-images node
+test: emulators control-plane faketime prometheus lint test-images node
 	$(GROUND)/images.sh check
 	cargo test --workspace --no-fail-fast --features leasehold-operator/real-node
 
@@ -19,6 +19,17 @@ lint:
 
 emulators:
 	$(GROUND)/emulators.sh start
+
+## Prometheus and promtool (Debian's package, unpacked into the cache) and the Prometheus Operator's CRDs
+## (its Go module): the chart's alert unit tests, the live scrape check and the CRD validation.
+prometheus:
+	$(GROUND)/prometheus.sh install >/dev/null
+	$(GROUND)/prometheus.sh crds >/dev/null
+
+## The plots of docs/benchmarks.md and docs/operations.md: docs/plots/plot.py (matplotlib in a venv in the
+## cache) draws docs/plots/*.png from docs/plots/data/.
+plots:
+	$(GROUND)/plots.sh run
 
 ## libfaketime (Debian's, unpacked into the cache) for the chaos suite's clock skew.
 faketime:

@@ -21,6 +21,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 pub mod kubelet;
+pub mod observability;
 
 const START_HINT: &str = "start it with `make control-plane` (tests/ground/control-plane.sh start), or run `make test`";
 

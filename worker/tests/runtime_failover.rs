@@ -60,9 +60,12 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator
         &[Victim { owner: &victim.owner, crashed_before: None }],
     );
     println!("{repeats} records processed again after the crash");
+    // kinesis-mock pushes a shard's records once a second: a crash between an event's records
+    // finishing and their checkpoint repeats up to one push (about 250 records a shard here).
+    let per_shard = if emulator == Emulator::KinesisMockFanOut { 300 } else { 150 };
     assert!(
-        repeats <= 150 * orphaned.len(),
-        "{repeats} redelivered for {} shards; checkpoints every 200 ms should bound this",
+        repeats <= per_shard * orphaned.len(),
+        "{repeats} redelivered for {} shards; checkpoints every 200 ms (and {per_shard} a shard) should bound this",
         orphaned.len()
     );
 }

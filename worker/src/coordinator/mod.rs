@@ -28,7 +28,7 @@ use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit, ShardReader, run_shard};
 use balance::{Moves, View, plan};
 use outage::TableOutage;
-use segmented::{GroupShape, TableView};
+use segmented::SegmentedScan;
 
 /// How the coordinator reads the lease table (`lease.scan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,37 +89,13 @@ pub struct Coordinator {
     reported_malformed: HashSet<String>,
     outage: TableOutage,
     next_sync: Instant,
-    /// `scan: segmented`: when the group's change row is read next.
-    next_changes_check: Instant,
     /// When the soonest lease seen held by another worker could count as expired: scanned then rather
     /// than at the next regular tick, so failover does not wait out a scan interval.
     next_expiry: Option<Instant>,
-    /// `scan: segmented`: the table as last read, whole or in part.
-    view: Option<TableView>,
-    /// `scan: segmented`: when the whole table is read next (brought forward by changes).
-    whole_at: Instant,
-    /// `scan: segmented`: when the whole table was last read.
-    last_whole: Instant,
-    /// `scan: segmented`: the group as the last whole read showed it.
-    shape: Option<GroupShape>,
-    /// `scan: segmented`: the counter of the group's change row as last read.
-    changes_seen: Option<u64>,
-    /// `scan: segmented`: rows this scan's segment read showed freed since this worker last read them.
-    freed: HashSet<LeaseKey>,
-    /// `scan: segmented`: free rows seen in this worker's reads, with the counter and since when.
-    free_since: HashMap<LeaseKey, (u64, Instant)>,
-    /// `scan: segmented`: the discovery term, while this worker holds it.
-    term: Option<Arc<HeldLease>>,
-    /// `scan: segmented`: the segments this worker read last (of how many), logged when they change.
-    reading: (u32, Vec<u32>),
-    /// `scan: segmented`: segments given up (of how many), still read until the instant given.
-    handing_over: Vec<(u32, Vec<u32>, Instant)>,
-    /// `scan: segmented`: askers of handoffs already judged on a whole read.
-    strangers: HashSet<String>,
     /// This worker's fair share and the live workers it was computed over, logged when they change.
     share: (usize, usize),
-    /// `scan: segmented`: the askers of requests on this worker's leases as of its last whole read.
-    judged_requests: HashMap<LeaseKey, String>,
+    /// What `scan: segmented` keeps between scans (unused with `scan: full`).
+    segmented: SegmentedScan,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -160,21 +136,9 @@ impl Coordinator {
             reported_malformed: HashSet::new(),
             outage,
             next_sync: Instant::now(),
-            next_changes_check: Instant::now(),
             next_expiry: None,
-            view: None,
-            whole_at: Instant::now(),
-            last_whole: Instant::now(),
-            shape: None,
-            changes_seen: None,
-            freed: HashSet::new(),
-            free_since: HashMap::new(),
-            term: None,
-            reading: (0, Vec::new()),
-            strangers: HashSet::new(),
-            handing_over: Vec::new(),
             share: (0, 0),
-            judged_requests: HashMap::new(),
+            segmented: SegmentedScan::new(Instant::now()),
         }
     }
 
@@ -220,32 +184,57 @@ impl Coordinator {
         self.shut_down().await;
     }
 
+    /// One scan: read the table, take in what it shows, plan this worker's moves, act on them.
     async fn tick(&mut self) {
         let now = Instant::now();
-        if !self.outage.ready(now) {
-            return;
+        let Some(Read { page, whole }) = self.read(now).await else { return };
+        self.observe(&page, whole, now).await;
+        let moves = self.plan(&page, whole, now).await;
+        self.act(moves).await;
+        if self.is_segmented() {
+            self.keep_term(&page, whole).await;
         }
-        if matches!(self.settings.scan, ScanMode::Segmented { .. }) && now >= self.next_changes_check {
-            self.next_changes_check = now + self.settings.renew_interval;
+    }
+
+    fn is_segmented(&self) -> bool {
+        matches!(self.settings.scan, ScanMode::Segmented { .. })
+    }
+
+    /// Reads the table as the scan mode says (the change row first, when due), unless an outage's
+    /// backoff is still running; a failed read is counted and backed off from.
+    async fn read(&mut self, now: Instant) -> Option<Read> {
+        if !self.outage.ready(now) {
+            return None;
+        }
+        if self.is_segmented() && now >= self.segmented.next_changes_check {
+            self.segmented.next_changes_check = now + self.settings.renew_interval;
             self.watch_changes(now).await;
         }
         let read = match self.settings.scan {
             ScanMode::Full => self.store.list().await.map(|page| Read { page, whole: true }),
             ScanMode::Segmented { rows_per_segment } => self.read_segmented(now, rows_per_segment).await,
         };
-        let Read { page, whole } = match read {
-            Ok(read) => read,
+        match read {
+            Ok(read) => {
+                self.outage.recovered();
+                self.metrics().lease_table_missing.set(0);
+                Some(read)
+            }
             Err(e) => {
                 self.metrics().lease_table_failures.inc();
                 self.outage.failed("read", &e, now);
                 self.metrics().lease_table_missing.set(i64::from(self.outage.is_missing()));
                 // A takeover waiting for an expiry is retried after the backoff, not at once.
                 self.next_expiry = None;
-                return;
+                None
             }
-        };
-        self.outage.recovered();
-        self.metrics().lease_table_missing.set(0);
+        }
+    }
+
+    /// Takes in what a read shows beyond the moves: malformed rows (reported once), silent members
+    /// (their rows removed), the shard sync when due (on whole reads), and leases of ours that the
+    /// table shows lost.
+    async fn observe(&mut self, page: &LeasePage, whole: bool, now: Instant) {
         for malformed in &page.malformed {
             if self.reported_malformed.insert(malformed.key.clone()) {
                 tracing::error!(row = %clip(&malformed.key), reason = %clip(&malformed.reason), "malformed lease row skipped");
@@ -258,7 +247,7 @@ impl Coordinator {
             self.next_sync = now + self.settings.shard_sync_interval;
             if report.created + report.deleted + report.foreign > 0 {
                 // This worker's view lacks the rows it just wrote, as everyone else's does.
-                self.want_whole_at(now);
+                self.segmented.want_whole_at(now);
                 self.announce("shard rows created or removed").await;
             }
         }
@@ -273,10 +262,15 @@ impl Coordinator {
                 }
             }
         }
+    }
+
+    /// This worker's moves after a read: the balance plan over the rows (with `segmented`, over the
+    /// running view, acting only on rows read now, plus the orphans of its segments).
+    async fn plan(&mut self, page: &LeasePage, whole: bool, now: Instant) -> Moves {
         let timeout = self.settings.handoff_timeout;
         let running_keys: HashSet<LeaseKey> = self.running.keys().cloned().collect();
         self.requested.retain(|key, at| !running_keys.contains(key) && at.elapsed() < timeout);
-        let segmented = matches!(self.settings.scan, ScanMode::Segmented { .. });
+        let segmented = self.is_segmented();
         let fresh: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
         let mut moves = if segmented {
             let (leases, members) = self.view_for_plan(&fresh);
@@ -297,8 +291,17 @@ impl Coordinator {
             self.share = (moves.target, moves.workers);
             tracing::info!(target = moves.target, workers = moves.workers, running = self.running.len(), "fair share");
         }
-        let gave = !moves.give.is_empty();
-        for (key, to) in moves.give {
+        if segmented {
+            self.plan_segmented(&mut moves, page, &fresh, whole, now).await;
+        }
+        moves
+    }
+
+    /// Carries the moves out: hands over what is asked for, takes leases (free, expired, orphaned),
+    /// asks for handoffs.
+    async fn act(&mut self, moves: Moves) {
+        let Moves { take, expired_candidates, ask, give, .. } = moves;
+        for (key, to) in give {
             if let Some(running) = self.running.get_mut(&key)
                 && running.give_to.is_none()
             {
@@ -307,91 +310,82 @@ impl Coordinator {
                 running.stop.cancel();
             }
         }
-        if segmented {
-            self.judge_requests(whole, gave);
-            // Only rows read now are acted on: a copy from an older whole read may be stale.
-            moves.take.retain(|l| fresh.contains(&l.key));
-            moves.expired_candidates.retain(|l| fresh.contains(&l.key));
-            // Only a segment's readers take its orphans: on a whole read every worker would race for them.
-            if !whole {
-                let orphans = self.orphaned_free_rows(&page, &moves.take, now).await;
-                moves.take.extend(orphans);
-            }
-            let short = self.running.len() + moves.take.len() + self.requested.len() < moves.target;
-            if !whole && short {
-                // Handoffs are asked for from a whole read only (the holders' counters must be current),
-                // and a view that is partly old may show no donor at all (rows free when last read whole,
-                // taken since by others): still short, read it all, at most once a renew interval.
-                moves.ask.clear();
-                self.want_whole_at(self.last_whole + self.reread_interval());
-            }
-        }
         self.next_expiry = None;
         let mut took_over = false;
-        for lease in moves.take.into_iter().chain(moves.expired_candidates) {
-            if !self.same_incarnation(&lease).await {
-                continue;
-            }
-            let sent = Instant::now();
-            let from_another = lease.owner.as_deref().is_some_and(|o| o != self.owner());
-            match self.store.acquire(&lease).await {
-                Ok(acquired) => {
-                    if from_another {
-                        tracing::info!(shard = %lease.key, from = lease.owner.as_deref().unwrap_or("-"),
-                            "lease taken over: its holder stopped renewing it");
-                        if segmented {
-                            // A worker died or stalled: the group changed, so read it all at the next
-                            // scan, and tell those who read it rarely (once for all the takeovers of this scan).
-                            self.want_whole_at(Instant::now());
-                            took_over = true;
-                        }
-                    }
-                    self.start(acquired, sent).await
-                }
-                Err(LeaseError::HeldByOther { remaining, .. }) => {
-                    let at = Instant::now() + remaining;
-                    self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
-                }
-                Err(e @ LeaseError::NotObserved { .. }) => tracing::trace!(shard = %lease.key, error = %e, "not taken"),
-                Err(e @ LeaseError::ItemTooLarge { .. }) => {
-                    // Retried at every scan (an operator may trim the row), reported once like a malformed row.
-                    if self.reported_malformed.insert(lease.key.to_string()) {
-                        tracing::error!(row = %lease.key, error = %e, "lease row too large to take; skipped");
-                    }
-                }
-                Err(e) if e.is_not_held() => {
-                    tracing::debug!(shard = %lease.key, error = %e, "lost the race for a lease")
-                }
-                Err(e) => tracing::warn!(shard = %lease.key, error = %e, "acquire failed"),
-            }
+        for lease in take.into_iter().chain(expired_candidates) {
+            took_over |= self.take(lease).await;
         }
         if took_over {
             self.announce("leases taken over").await;
         }
-        for lease in moves.ask {
-            let mut placed = self.store.request_handoff(&lease).await;
-            if segmented && matches!(placed, Err(LeaseError::ConditionFailed { .. })) {
-                // The holder renewed since the whole read (likely on a large table): read the row
-                // again and ask once more if it is still the holder's and its request is still the one
-                // the plan judged (none, or a stale one to replace), rather than wait for the next
-                // whole read.
-                if let Ok(Some(now)) = self.store.get(&lease.key).await
-                    && now.owner == lease.owner
-                    && now.handoff_to == lease.handoff_to
-                {
-                    placed = self.store.request_handoff(&now).await;
+        for lease in ask {
+            self.ask(lease).await;
+        }
+    }
+
+    /// Acquires `lease` and starts reading it; true when it was taken over from a worker that stopped
+    /// renewing it (with `segmented`, the group changed: the caller tells the others).
+    async fn take(&mut self, lease: Lease) -> bool {
+        if !self.same_incarnation(&lease).await {
+            return false;
+        }
+        let sent = Instant::now();
+        let from_another = lease.owner.as_deref().is_some_and(|o| o != self.owner());
+        let mut took_over = false;
+        match self.store.acquire(&lease).await {
+            Ok(acquired) => {
+                if from_another {
+                    tracing::info!(shard = %lease.key, from = lease.owner.as_deref().unwrap_or("-"),
+                        "lease taken over: its holder stopped renewing it");
+                    if self.is_segmented() {
+                        // A worker died or stalled: the group changed, so read it all at the next
+                        // scan, and tell those who read it rarely (once for all the takeovers of this scan).
+                        self.segmented.want_whole_at(Instant::now());
+                        took_over = true;
+                    }
+                }
+                self.start(acquired, sent).await
+            }
+            Err(LeaseError::HeldByOther { remaining, .. }) => {
+                let at = Instant::now() + remaining;
+                self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
+            }
+            Err(e @ LeaseError::NotObserved { .. }) => tracing::trace!(shard = %lease.key, error = %e, "not taken"),
+            Err(e @ LeaseError::ItemTooLarge { .. }) => {
+                // Retried at every scan (an operator may trim the row), reported once like a malformed row.
+                if self.reported_malformed.insert(lease.key.to_string()) {
+                    tracing::error!(row = %lease.key, error = %e, "lease row too large to take; skipped");
                 }
             }
-            match placed {
-                Ok(_) => {
-                    tracing::info!(shard = %lease.key, holder = lease.owner.as_deref().unwrap_or("-"), "asked for a handoff");
-                    self.requested.insert(lease.key.clone(), Instant::now());
-                }
-                Err(e) => tracing::debug!(shard = %lease.key, error = %e, "handoff request not placed"),
+            Err(e) if e.is_not_held() => {
+                tracing::debug!(shard = %lease.key, error = %e, "lost the race for a lease")
+            }
+            Err(e) => tracing::warn!(shard = %lease.key, error = %e, "acquire failed"),
+        }
+        took_over
+    }
+
+    /// Asks the holder of `lease` to hand it over.
+    async fn ask(&mut self, lease: Lease) {
+        let mut placed = self.store.request_handoff(&lease).await;
+        if self.is_segmented() && matches!(placed, Err(LeaseError::ConditionFailed { .. })) {
+            // The holder renewed since the whole read (likely on a large table): read the row
+            // again and ask once more if it is still the holder's and its request is still the one
+            // the plan judged (none, or a stale one to replace), rather than wait for the next
+            // whole read.
+            if let Ok(Some(now)) = self.store.get(&lease.key).await
+                && now.owner == lease.owner
+                && now.handoff_to == lease.handoff_to
+            {
+                placed = self.store.request_handoff(&now).await;
             }
         }
-        if segmented {
-            self.keep_term(&page, whole).await;
+        match placed {
+            Ok(_) => {
+                tracing::info!(shard = %lease.key, holder = lease.owner.as_deref().unwrap_or("-"), "asked for a handoff");
+                self.requested.insert(lease.key.clone(), Instant::now());
+            }
+            Err(e) => tracing::debug!(shard = %lease.key, error = %e, "handoff request not placed"),
         }
     }
 
@@ -400,7 +394,7 @@ impl Coordinator {
     fn syncs_shards(&self) -> bool {
         match self.settings.scan {
             ScanMode::Full => true,
-            ScanMode::Segmented { .. } => self.term.as_ref().is_some_and(|term| term.is_valid()),
+            ScanMode::Segmented { .. } => self.segmented.term.as_ref().is_some_and(|term| term.is_valid()),
         }
     }
 
@@ -505,7 +499,7 @@ impl Coordinator {
             }
             ShardExit::Ended => {
                 // Its children may now be read: the shares change.
-                self.want_whole_at(Instant::now());
+                self.segmented.want_whole_at(Instant::now());
                 self.announce("a shard ended").await;
                 (None, None)
             }
@@ -553,7 +547,7 @@ impl Coordinator {
         if left_first {
             self.announce("a worker left").await;
         }
-        if let Some(term) = self.term.take() {
+        if let Some(term) = self.segmented.term.take() {
             match term.release(None, None).await {
                 Ok(_) => tracing::info!("discovery term released"),
                 Err(e) => tracing::debug!(error = %e, "discovery term not released; it expires on its own"),

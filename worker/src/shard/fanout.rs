@@ -284,8 +284,8 @@ impl ShardReader {
         }
     }
 
-    /// The next event of `subscription` (as [`Self::next_event`]), checkpointing the done prefix every
-    /// `checkpointInterval` meanwhile: records finish after the event that brought them, and with an
+    /// The next event of `subscription` (as [`Self::next_event`]), checkpointing the done prefix as
+    /// `checkpointInterval` allows meanwhile: records finish after the event that brought them, and with an
     /// implementation that pushes once a second (kinesis-mock) they would otherwise stay
     /// uncheckpointed, and be read again after a crash, until the next event.
     async fn await_event(
@@ -296,8 +296,11 @@ impl ShardReader {
         wait: Duration,
     ) -> Flow<Next> {
         let deadline = Instant::now() + wait;
+        // Checked a few times an interval, so records that finish soon after their event are
+        // checkpointed soon after (a write only goes out when the interval has passed).
+        let every = (self.settings.checkpoint_interval / 4).max(Duration::from_millis(10));
         loop {
-            let tick = (Instant::now() + self.settings.checkpoint_interval).min(deadline);
+            let tick = (Instant::now() + every).min(deadline);
             let next =
                 self.drive(d, self.next_event(subscription, tick.saturating_duration_since(Instant::now()))).await?;
             if matches!(next, Next::Idle) && Instant::now() < deadline {

@@ -1,0 +1,103 @@
+//! The `leasehold` CLI (also the kubectl plugin `kubectl-leasehold`): describe a consumer's lease
+//! table, rewind it, pause and resume its workers, drain one worker, and import checkpoints from a
+//! Java KCL lease table. It reaches AWS and Kubernetes with the worker's and operator's own clients.
+
+pub mod describe;
+pub mod error;
+pub mod output;
+pub mod positions;
+pub mod reset;
+pub mod shards;
+pub mod table;
+pub mod target;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use error::{CliError, EXIT_CODES_HELP, Result};
+use output::Format;
+use target::TargetArgs;
+
+/// Day-2 tool for Leasehold consumers: describe, reset, pause/resume, drain, import from the Java KCL.
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table, global = true)]
+    pub output: Format,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One row per shard (stream, shard, owner, checkpoint, lag, parents, handoff, state), the members
+    /// and a summary.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Describe {
+        /// The consumer.
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Move checkpoints: a dry run by default (before -> after per shard); `--execute` applies it,
+    /// refused while any worker of the group is alive.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Reset(Box<reset::ResetArgs>),
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Parses the command line and runs it; the process's exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            error.exit_code()
+        }
+    }
+}
+
+/// Runs one parsed command.
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Describe { target } => {
+            let target = target::resolve(&target).await?;
+            describe::run(&target, cli.output).await
+        }
+        Command::Reset(args) => reset::run(&args, cli.output).await,
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
+
+/// Parses a duration argument (`30s`, `2h`, `1d`).
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration like 30s, 15m or 2h: {e}"))
+}
+
+/// Refuses a command that needs Kubernetes when the consumer was given as `--table`.
+pub fn needs_resource(target: &target::Target, what: &str) -> Result<(String, String)> {
+    target
+        .resource
+        .clone()
+        .ok_or_else(|| CliError::Usage(format!("{what} needs a StreamConsumer (namespace/name), not a bare --table")))
+}

@@ -5,6 +5,7 @@
 pub mod describe;
 pub mod error;
 pub mod output;
+pub mod pause;
 pub mod positions;
 pub mod reset;
 pub mod shards;
@@ -47,6 +48,13 @@ pub enum Command {
     /// refused while any worker of the group is alive.
     #[command(after_help = EXIT_CODES_HELP)]
     Reset(Box<reset::ResetArgs>),
+    /// Set the StreamConsumer's spec.paused (the operator scales its workers to zero) and wait until
+    /// every worker has left the group.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Pause(pause::PauseArgs),
+    /// Clear spec.paused and wait until the workers are back.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Resume(pause::PauseArgs),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -81,6 +89,8 @@ pub async fn run(cli: Cli) -> Result<()> {
             describe::run(&target, cli.output).await
         }
         Command::Reset(args) => reset::run(&args, cli.output).await,
+        Command::Pause(args) => pause::run(&args, true, cli.output).await,
+        Command::Resume(args) => pause::run(&args, false, cli.output).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());

@@ -1,0 +1,180 @@
+//! The CLI against a StreamConsumer on the local control plane (`tests/ground/control-plane.sh start`):
+//! `namespace/name` resolution, pause and resume (this test stands in for the operator, stopping and
+//! starting the worker when `spec.paused` changes), and errors for a consumer that does not exist.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, CustomResourceExt, ResourceExt};
+use leasehold_crds::StreamConsumer;
+use leasehold_testkit::{Service, endpoint};
+
+fn kubeconfig() -> PathBuf {
+    std::env::var_os("KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| leasehold_testkit::state_dir().join("control-plane/kubeconfig"))
+}
+
+async fn client() -> Client {
+    let path = kubeconfig();
+    let config = Kubeconfig::read_from(&path).unwrap_or_else(|e| {
+        panic!(
+            "no kubeconfig at {} ({e}): start the local control plane with `tests/ground/control-plane.sh start` (or `make control-plane`)",
+            path.display()
+        )
+    });
+    let config = kube::Config::from_custom_kubeconfig(config, &KubeConfigOptions::default()).await.expect("kubeconfig");
+    let client = Client::try_from(config).expect("client");
+    client.apiserver_version().await.unwrap_or_else(|e| panic!("kube-apiserver is not answering ({e})"));
+    client
+}
+
+async fn install_crd(client: &Client) {
+    let crds = Api::<CustomResourceDefinition>::all(client.clone());
+    let crd = StreamConsumer::crd();
+    crds.patch(&crd.name_any(), &PatchParams::apply("leasehold-cli-tests").force(), &Patch::Apply(&crd))
+        .await
+        .expect("apply CRD");
+    wait_until("the CRD is established", Duration::from_secs(20), || async {
+        crds.get(&crd.name_any())
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+    })
+    .await;
+}
+
+fn kube_env() -> Vec<(&'static str, String)> {
+    vec![("KUBECONFIG", kubeconfig().display().to_string())]
+}
+
+fn run_k(args: &[&str]) -> Run {
+    let env = kube_env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    run_with_env(args, &env)
+}
+
+/// Starts `leasehold args...` in the background; its stderr lines arrive on the channel.
+fn start_k(args: &[&str]) -> (std::process::Child, std::sync::mpsc::Receiver<String>) {
+    let mut command = leasehold();
+    command.args(args).env("KUBECONFIG", kubeconfig()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = command.spawn().expect("spawn leasehold");
+    let stderr = child.stderr.take().expect("stderr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    (child, rx)
+}
+
+fn wait_child(child: &mut std::process::Child, timeout: Duration) -> i32 {
+    let until = std::time::Instant::now() + timeout;
+    while std::time::Instant::now() < until {
+        if let Ok(Some(status)) = child.try_wait() {
+            return status.code().unwrap_or(-1);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    panic!("leasehold did not finish within {timeout:?}");
+}
+
+#[test]
+fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
+    run_test(async {
+        let kube = client().await;
+        install_crd(&kube).await;
+        let ns = leasehold_testkit::unique_name("cli").to_lowercase();
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+        Api::<Namespace>::all(kube.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+        let kinesis = leasehold_testkit::kinesis_client().await;
+        let dynamodb = leasehold_testkit::dynamodb_client().await;
+        let stream = leasehold_testkit::create_stream(&kinesis, "cli-k8s", 2).await;
+        let table = leasehold_testkit::create_lease_table(&dynamodb, "cli-k8s").await;
+        let consumer: StreamConsumer = serde_json::from_value(serde_json::json!({
+            "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer",
+            "metadata": {"name": "orders"},
+            "spec": {
+                "streams": [{"name": stream}],
+                "aws": {"region": "us-east-1", "kinesisEndpoint": endpoint(Service::Kinesis), "dynamodbEndpoint": endpoint(Service::DynamoDb)},
+                "leaseTable": {"name": table},
+                "workers": {"replicas": 1},
+                "lease": {"duration": "2s", "renewInterval": "500ms"},
+                "processor": {"stdout": {}}
+            }
+        }))
+        .expect("consumer");
+        let consumers: Api<StreamConsumer> = Api::namespaced(kube.clone(), &ns);
+        consumers.create(&PostParams::default(), &consumer).await.expect("create consumer");
+        let name = format!("{ns}/orders");
+
+        // Nothing but the kubeconfig and credentials: table, region and endpoints come from the spec.
+        let mut worker = spawn_worker(&config(&stream, &table, "startPosition: TRIM_HORIZON\n"), "pod-a");
+        wait_until("the worker reads both shards", Duration::from_secs(30), || async {
+            run_k(&["describe", &name, "-o", "json"]).json()["summary"]["reading"] == 2
+        })
+        .await;
+        let d = run_k(&["describe", &name, "-o", "json"]).expect_code(0).json();
+        assert_eq!(d["consumer"], name.as_str());
+        assert_eq!(d["table"], table.as_str());
+        assert_eq!(d["summary"]["liveMembers"], 1);
+        run_k(&["reset", &name, "--to-earliest", "--execute"]).expect_code(4);
+
+        // pause: spec.paused is set; the tool waits (with a progress line) until the worker has left.
+        let (mut pause, lines) = start_k(&["pause", &name, "--timeout", "60s", "-o", "json"]);
+        wait_until("spec.paused", Duration::from_secs(20), || async {
+            consumers.get("orders").await.ok().and_then(|c| c.spec.paused) == Some(true)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        worker.signal("TERM");
+        assert!(worker.wait_exit(Duration::from_secs(15)).is_some(), "worker did not stop");
+        assert_eq!(wait_child(&mut pause, Duration::from_secs(30)), 0);
+        let progress: Vec<String> = lines.try_iter().collect();
+        assert!(progress.iter().any(|l| l.contains("waiting for 1 worker(s) to leave: pod-a")), "{progress:?}");
+
+        // Paused: the reset applies.
+        let reset = run_k(&["reset", &name, "--to-earliest", "--execute", "-o", "json"]).expect_code(0).json();
+        assert_eq!(reset["written"].as_array().map(Vec::len), Some(2));
+
+        // resume: spec.paused cleared; the tool waits until a worker is back.
+        let (mut resume, _) = start_k(&["resume", &name, "--timeout", "60s"]);
+        wait_until("spec.paused cleared", Duration::from_secs(20), || async {
+            consumers.get("orders").await.ok().and_then(|c| c.spec.paused) == Some(false)
+        })
+        .await;
+        let back = spawn_worker(&config(&stream, &table, ""), "pod-b");
+        assert_eq!(wait_child(&mut resume, Duration::from_secs(30)), 0);
+        drop(back);
+
+        // A pause that cannot finish in time says who is still there.
+        let stuck = spawn_worker(&config(&stream, &table, ""), "pod-c");
+        wait_until("pod-c is a member", Duration::from_secs(20), || async {
+            run_k(&["describe", &name, "-o", "json"]).json()["summary"]["liveMembers"] == 1
+        })
+        .await;
+        let timeout = run_k(&["pause", &name, "--timeout", "2s"]).expect_code(8);
+        assert!(timeout.stderr.contains("pod-c"), "{}", timeout.stderr);
+        drop(stuck);
+
+        // Errors name what is missing.
+        let missing = run_k(&["describe", &format!("{ns}/nope")]).expect_code(3);
+        assert!(missing.stderr.contains("no StreamConsumer nope"), "{}", missing.stderr);
+        run_k(&["describe", "not-a-namespaced-name"]).expect_code(2);
+        run_k(&["pause", "--table", &table]).expect_code(2);
+        let _ = Api::<Namespace>::all(kube).delete(&ns, &Default::default()).await;
+    });
+}

@@ -4,6 +4,7 @@
 
 pub mod describe;
 pub mod error;
+pub mod kcl;
 pub mod output;
 pub mod pause;
 pub mod positions;
@@ -55,6 +56,10 @@ pub enum Command {
     /// Clear spec.paused and wait until the workers are back.
     #[command(after_help = EXIT_CODES_HELP)]
     Resume(pause::PauseArgs),
+    /// Copy the checkpoints of a Java KCL lease table into the consumer's (dry run by default), so a
+    /// KCL application switches to Leasehold with no gap and no reprocessing.
+    #[command(name = "import-kcl", after_help = EXIT_CODES_HELP)]
+    ImportKcl(Box<kcl::ImportArgs>),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -91,6 +96,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Reset(args) => reset::run(&args, cli.output).await,
         Command::Pause(args) => pause::run(&args, true, cli.output).await,
         Command::Resume(args) => pause::run(&args, false, cli.output).await,
+        Command::ImportKcl(args) => kcl::run(&args, cli.output).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());

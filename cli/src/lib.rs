@@ -3,6 +3,7 @@
 //! Java KCL lease table. It reaches AWS and Kubernetes with the worker's and operator's own clients.
 
 pub mod describe;
+pub mod drain;
 pub mod error;
 pub mod kcl;
 pub mod output;
@@ -56,6 +57,10 @@ pub enum Command {
     /// Clear spec.paused and wait until the workers are back.
     #[command(after_help = EXIT_CODES_HELP)]
     Resume(pause::PauseArgs),
+    /// Ask one worker to hand all its leases to the other live workers (cooperative handoff, no
+    /// repeats) and wait until it holds none.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Drain(Box<drain::DrainArgs>),
     /// Copy the checkpoints of a Java KCL lease table into the consumer's (dry run by default), so a
     /// KCL application switches to Leasehold with no gap and no reprocessing.
     #[command(name = "import-kcl", after_help = EXIT_CODES_HELP)]
@@ -96,6 +101,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Reset(args) => reset::run(&args, cli.output).await,
         Command::Pause(args) => pause::run(&args, true, cli.output).await,
         Command::Resume(args) => pause::run(&args, false, cli.output).await,
+        Command::Drain(args) => drain::run(&args, cli.output).await,
         Command::ImportKcl(args) => kcl::run(&args, cli.output).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();

@@ -178,3 +178,92 @@ fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
         let _ = Api::<Namespace>::all(kube).delete(&ns, &Default::default()).await;
     });
 }
+
+#[test]
+fn drain_with_delete_pod_moves_every_lease_without_repeats() {
+    run_test(async {
+        let kube = client().await;
+        install_crd(&kube).await;
+        let ns = leasehold_testkit::unique_name("cli-drain").to_lowercase();
+        let namespace: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).expect("ns");
+        Api::<Namespace>::all(kube.clone()).create(&PostParams::default(), &namespace).await.expect("namespace");
+        let kinesis = leasehold_testkit::kinesis_client().await;
+        let dynamodb = leasehold_testkit::dynamodb_client().await;
+        let stream = leasehold_testkit::create_stream(&kinesis, "cli-drain-k8s", 4).await;
+        let table = leasehold_testkit::create_lease_table(&dynamodb, "cli-drain-k8s").await;
+        let consumer: StreamConsumer = serde_json::from_value(serde_json::json!({
+            "apiVersion": "leasehold.io/v1alpha1", "kind": "StreamConsumer",
+            "metadata": {"name": "orders"},
+            "spec": {
+                "streams": [{"name": stream}],
+                "aws": {"region": "us-east-1", "kinesisEndpoint": endpoint(Service::Kinesis), "dynamodbEndpoint": endpoint(Service::DynamoDb)},
+                "leaseTable": {"name": table},
+                "processor": {"stdout": {}}
+            }
+        }))
+        .expect("consumer");
+        Api::<StreamConsumer>::namespaced(kube.clone(), &ns)
+            .create(&PostParams::default(), &consumer)
+            .await
+            .expect("create");
+        // The pod that stands for worker pod-a (no kubelet runs it: this test signals the process).
+        wait_until("the default service account", Duration::from_secs(30), || async {
+            Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(kube.clone(), &ns)
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .is_some()
+        })
+        .await;
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(kube.clone(), &ns);
+        let pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "pod-a"},
+            "spec": {"containers": [{"name": "worker", "image": "example.invalid/leasehold-worker:dev"}]}
+        }))
+        .expect("pod");
+        pods.create(&PostParams::default(), &pod).await.expect("create pod");
+
+        let config = config(&stream, &table, "startPosition: TRIM_HORIZON\n");
+        let mut a = spawn_worker(&config, "pod-a");
+        let b = spawn_worker(&config, "pod-b");
+        let first: Vec<(String, Vec<u8>)> =
+            (0..40).map(|n| leasehold_testkit::kinesis::numbered(&format!("key-{}", n % 8), n)).collect();
+        leasehold_testkit::kinesis::put_records(&kinesis, &stream, &first).await;
+        let name = format!("{ns}/orders");
+        wait_until("both workers hold two leases and everything is processed", Duration::from_secs(40), || async {
+            let d = run_k(&["describe", &name, "-o", "json"]).json();
+            let held = |o: &str| d["shards"].as_array().map_or(0, |s| s.iter().filter(|s| s["owner"] == o).count());
+            held("pod-a") == 2 && held("pod-b") == 2 && a.deliveries().len() + b.deliveries().len() >= 40
+        })
+        .await;
+
+        let (mut drain, _) = start_k(&["drain", &name, "pod-a", "--timeout", "2s", "--delete-pod", "-o", "json"]);
+        wait_until("the pod deleted", Duration::from_secs(30), || async {
+            pods.get_opt("pod-a").await.ok().flatten().is_none()
+        })
+        .await;
+        a.signal("TERM");
+        assert!(a.wait_exit(Duration::from_secs(15)).is_some(), "pod-a did not stop");
+        let code = wait_child(&mut drain, Duration::from_secs(30));
+        let out = drain.wait_with_output().expect("output");
+        assert_eq!(code, 0, "{}", String::from_utf8_lossy(&out.stdout));
+        let outcome: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(outcome["podDeleted"], true);
+
+        let second: Vec<(String, Vec<u8>)> =
+            (40..80).map(|n| leasehold_testkit::kinesis::numbered(&format!("key-{}", n % 8), n)).collect();
+        leasehold_testkit::kinesis::put_records(&kinesis, &stream, &second).await;
+        wait_until("pod-b processes the rest", Duration::from_secs(40), || async {
+            a.deliveries().len() + b.deliveries().len() >= 80
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut seen = std::collections::HashSet::new();
+        for d in a.deliveries().into_iter().chain(b.deliveries()) {
+            assert!(seen.insert((d.shard_id.clone(), d.sequence_number.clone())), "processed twice: {d:?}");
+        }
+        assert_eq!(seen.len(), 80);
+        let _ = Api::<Namespace>::all(kube).delete(&ns, &Default::default()).await;
+    });
+}

@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: cli check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included).
@@ -111,6 +111,12 @@ demo-local: emulators control-plane
 demo-workers: emulators
 	cargo build -q -p leasehold-worker --bin leasehold-worker --example workers_demo
 	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/workers_demo
+
+## The `leasehold` CLI and its kubectl plugin `kubectl-leasehold` (release build); copy both onto PATH
+## (`kubectl leasehold ...`), or install through krew with cli/krew/leasehold.yaml.
+cli:
+	cargo build --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
+	@echo "built $(CARGO_TARGET_DIR)/release/leasehold and $(CARGO_TARGET_DIR)/release/kubectl-leasehold"
 
 ## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
 crds:

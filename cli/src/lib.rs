@@ -74,7 +74,16 @@ pub enum Command {
 
 /// Parses the command line and runs it; the process's exit code.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Run as `kubectl-leasehold` (kubectl's plugin), usage and completions say `kubectl leasehold`.
+    let plugin = std::env::args_os()
+        .next()
+        .and_then(|arg0| std::path::Path::new(&arg0).file_name().map(|n| n.to_string_lossy().starts_with("kubectl-")))
+        .unwrap_or(false);
+    let command = if plugin { Cli::command().bin_name("kubectl leasehold") } else { Cli::command() };
+    let cli = match command.try_get_matches().and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -60,6 +60,9 @@ pub struct ShardRow {
     pub shard: String,
     /// Holder, if any.
     pub owner: Option<String>,
+    /// True while the holder's heartbeat is fresh; false for a holder that went silent (its lease
+    /// moves once another worker has watched it stand still for a lease duration).
+    pub owner_alive: bool,
     /// `checkpoint` as stored.
     pub checkpoint: String,
     /// `checkpoint_subsequence`, inside a KPL aggregate.
@@ -110,6 +113,15 @@ pub struct Summary {
     pub max_lag_ms: Option<i64>,
 }
 
+/// A row that could not be read.
+#[derive(Debug, Serialize)]
+pub struct MalformedRow {
+    /// Its `lease_key` as stored.
+    pub key: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
 /// Everything `describe` prints.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -122,8 +134,8 @@ pub struct Description {
     pub shards: Vec<ShardRow>,
     /// Membership rows.
     pub members: Vec<MemberView>,
-    /// Unreadable rows: key and reason.
-    pub malformed: Vec<(String, String)>,
+    /// Unreadable rows.
+    pub malformed: Vec<MalformedRow>,
     /// Counts.
     pub summary: Summary,
 }
@@ -131,6 +143,8 @@ pub struct Description {
 /// Builds the description of a snapshot.
 pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
     let rows: HashMap<LeaseKey, &Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
+    let now = now_ms();
+    let alive = |owner: &str| snapshot.members.iter().any(|m| m.owner == owner && m.fresh(now));
     let mut summary =
         Summary { shards: snapshot.leases.len(), malformed: snapshot.malformed.len(), ..Summary::default() };
     let shards: Vec<ShardRow> = snapshot
@@ -150,6 +164,7 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
                 stream: lease.key.stream().to_string(),
                 shard: lease.key.shard_id().to_string(),
                 owner: lease.owner.clone(),
+                owner_alive: lease.owner.as_deref().is_some_and(alive),
                 checkpoint: lease.checkpoint.attribute(),
                 sub_sequence: lease.checkpoint.sub_sequence(),
                 lag_ms,
@@ -160,7 +175,6 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
             }
         })
         .collect();
-    let now = now_ms();
     let members: Vec<MemberView> = snapshot
         .members
         .iter()
@@ -176,7 +190,11 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
         table: target.table.clone(),
         shards,
         members,
-        malformed: snapshot.malformed.iter().map(|m| (m.key.clone(), m.reason.clone())).collect(),
+        malformed: snapshot
+            .malformed
+            .iter()
+            .map(|m| MalformedRow { key: m.key.clone(), reason: m.reason.clone() })
+            .collect(),
         summary,
     }
 }
@@ -205,7 +223,10 @@ pub fn render(description: &Description, colour: bool) -> String {
             vec![
                 s.stream.clone(),
                 s.shard.clone(),
-                dash(s.owner.as_deref()),
+                match &s.owner {
+                    Some(owner) if !s.owner_alive => format!("{owner} (silent)"),
+                    owner => dash(owner.as_deref()),
+                },
                 checkpoint,
                 dash(lag.as_deref()),
                 dash(Some(&s.parents.join(","))),
@@ -215,8 +236,8 @@ pub fn render(description: &Description, colour: bool) -> String {
         })
         .collect();
     let mut out = columns(&["STREAM", "SHARD", "OWNER", "CHECKPOINT", "LAG", "PARENTS", "HANDOFF", "STATE"], &rows);
-    for (key, reason) in &description.malformed {
-        out.push_str(&format!("malformed row {key}: {reason}\n"));
+    for row in &description.malformed {
+        out.push_str(&format!("malformed row {}: {}\n", row.key, row.reason));
     }
     out.push('\n');
     if description.members.is_empty() {

@@ -44,6 +44,12 @@ fn describe_shows_the_group_and_reset_is_refused_while_a_worker_is_alive() {
         .await;
         wait_until("every record processed", Duration::from_secs(30), || async { worker.deliveries().len() >= 20 })
             .await;
+        wait_until("both shards checkpointed", Duration::from_secs(30), || async {
+            describe(&table, &stream)["shards"].as_array().is_some_and(|s| {
+                s.iter().all(|s| s["checkpoint"].as_str().is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit())))
+            })
+        })
+        .await;
 
         let d = describe(&table, &stream);
         assert_eq!(d["table"], table.as_str());
@@ -54,6 +60,7 @@ fn describe_shows_the_group_and_reset_is_refused_while_a_worker_is_alive() {
         for shard in d["shards"].as_array().expect("shards") {
             assert_eq!(shard["stream"], stream.as_str());
             assert_eq!(shard["state"], "reading");
+            assert_eq!(shard["ownerAlive"], true);
             assert!(shard["lagMs"].is_null(), "no lag attribute yet: {shard}");
             assert!(shard["checkpoint"].as_str().is_some_and(|c| c.chars().all(|c| c.is_ascii_digit())), "{shard}");
         }
@@ -147,6 +154,9 @@ fn a_row_that_changes_between_read_and_write_is_not_overwritten() {
                 break;
             }
         }
+        let d = describe(&table, &stream);
+        let ghostly = d["shards"].as_array().expect("shards").iter().find(|s| s["shard"] == S1).cloned().expect("row");
+        assert_eq!((ghostly["owner"].as_str(), ghostly["ownerAlive"].as_bool()), (Some("ghost"), Some(false)));
         let renewed = ghost.renew(&held).await.expect("renew between the read and the write");
         let status = child.wait().expect("wait");
         lines.extend(rx.try_iter());
@@ -195,6 +205,18 @@ fn export_then_from_file_restores_and_explicit_positions_apply() {
             let held = writer.acquire(&seen).await.expect("acquire");
             writer.release(&held, Some(checkpoint)).await.expect("release");
         }
+        // A row another tool broke is reported, not fatal.
+        dynamodb
+            .put_item()
+            .table_name(&table)
+            .item("lease_key", aws_sdk_dynamodb::types::AttributeValue::S(format!("{stream}:shardId-broken")))
+            .item("checkpoint", aws_sdk_dynamodb::types::AttributeValue::S("LATEST".into()))
+            .send()
+            .await
+            .expect("put a malformed row");
+        let d = describe(&table, &stream);
+        assert_eq!(d["summary"]["malformed"], 1);
+        assert_eq!(d["malformed"][0]["reason"], "lease_counter is missing");
         let before = shard_states(&describe(&table, &stream));
         let file = std::env::temp_dir().join(format!("{}.json", leasehold_testkit::unique_name("cli-export")));
         let file = file.to_str().expect("path");

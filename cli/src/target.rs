@@ -24,13 +24,13 @@ pub struct TargetArgs {
     /// Streams the consumer reads (with `--table`; default: every stream named in the table's rows).
     #[arg(long = "stream", value_name = "STREAM", global = true)]
     pub stream: Vec<String>,
-    /// AWS region (default: the environment, as the worker does).
-    #[arg(long, env = "AWS_REGION", global = true)]
+    /// AWS region (default: a StreamConsumer's, else the environment, as the worker does).
+    #[arg(long, global = true)]
     pub region: Option<String>,
-    /// Kinesis endpoint URL (emulators, VPC endpoints).
+    /// Kinesis endpoint URL (emulators, VPC endpoints); overrides a StreamConsumer's.
     #[arg(long, env = "LEASEHOLD_KINESIS_ENDPOINT", global = true)]
     pub kinesis_endpoint: Option<String>,
-    /// DynamoDB endpoint URL (emulators, VPC endpoints).
+    /// DynamoDB endpoint URL (emulators, VPC endpoints); overrides a StreamConsumer's.
     #[arg(long, env = "LEASEHOLD_DYNAMODB_ENDPOINT", global = true)]
     pub dynamodb_endpoint: Option<String>,
     /// Lease duration of the group (with `--table`; a StreamConsumer's spec says it otherwise).
@@ -122,14 +122,15 @@ pub async fn resolve(args: &TargetArgs) -> Result<Target> {
         (None, Some(_)) => (None, None),
     };
     let mut aws = spec.as_ref().map(|s| s.aws.clone()).unwrap_or_default();
-    // Flags win over the spec (for reaching the same services from outside the cluster).
+    // Flags (and their environment variables) win over the spec: the same services reached from
+    // outside the cluster (a VPC endpoint's public name, a port-forward).
     if args.region.is_some() {
         aws.region = args.region.clone();
     }
-    if args.kinesis_endpoint.is_some() && (spec.is_none() || aws.kinesis_endpoint.is_none()) {
+    if args.kinesis_endpoint.is_some() {
         aws.kinesis_endpoint = args.kinesis_endpoint.clone();
     }
-    if args.dynamodb_endpoint.is_some() && (spec.is_none() || aws.dynamodb_endpoint.is_none()) {
+    if args.dynamodb_endpoint.is_some() {
         aws.dynamodb_endpoint = args.dynamodb_endpoint.clone();
     }
     let table = match (&args.table, &spec) {

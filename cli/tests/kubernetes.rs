@@ -131,6 +131,26 @@ fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
         assert_eq!(d["consumer"], name.as_str());
         assert_eq!(d["table"], table.as_str());
         assert_eq!(d["summary"]["liveMembers"], 1);
+        // The same through kubectl, which finds the plugin on PATH (control-plane.sh installs kubectl).
+        let kubectl = leasehold_testkit::cache_dir().join("k8s-bin/kubectl");
+        assert!(
+            kubectl.exists(),
+            "{} is missing: start the control plane with tests/ground/control-plane.sh start",
+            kubectl.display()
+        );
+        let plugin_dir =
+            std::path::Path::new(env!("CARGO_BIN_EXE_kubectl-leasehold")).parent().expect("bin dir").to_path_buf();
+        let out = std::process::Command::new(&kubectl)
+            .env("PATH", format!("{}:{}", plugin_dir.display(), std::env::var("PATH").unwrap_or_default()))
+            .env("KUBECONFIG", kubeconfig())
+            .env("AWS_ACCESS_KEY_ID", "leasehold-test")
+            .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
+            .args(["leasehold", "describe", &name, "-o", "json"])
+            .output()
+            .expect("kubectl leasehold");
+        assert!(out.status.success(), "kubectl leasehold: {}", String::from_utf8_lossy(&out.stderr));
+        let through: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(through["table"], table.as_str());
         run_k(&["reset", &name, "--to-earliest", "--execute"]).expect_code(4);
 
         // pause: spec.paused is set; the tool waits (with a progress line) until the worker has left.

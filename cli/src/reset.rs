@@ -232,6 +232,19 @@ fn plan(
     listings: &BTreeMap<String, Vec<Shard>>,
 ) -> Result<Vec<Change>> {
     let rows: HashMap<LeaseKey, &Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
+    // Every shard named by --shards must exist somewhere: a typo must not pass as "nothing to change".
+    for name in &scope.shards {
+        let known = listings
+            .iter()
+            .any(|(stream, listing)| listing.iter().any(|s| s.id == *name || format!("{stream}:{}", s.id) == *name))
+            || rows.keys().any(|k| k.shard_id() == name || k.to_string() == *name);
+        if !known {
+            return Err(CliError::NotFound(format!(
+                "--shards names {name}, which is in neither the lease table nor the listing of {}",
+                listings.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
+    }
     let mut changes: Vec<Change> = Vec::new();
     let change = |key: &LeaseKey, parents: &[String], after: Checkpoint, note: String| {
         let seen = rows.get(key).map(|l| (*l).clone());

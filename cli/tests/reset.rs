@@ -277,6 +277,8 @@ fn export_then_from_file_restores_and_explicit_positions_apply() {
             .expect_code(3);
         run(&["reset", "--table", &table, "--stream", &stream, "--to-sequence", "S0=notanumber"]).expect_code(6);
         run(&["reset", "--table", &table, "--stream", "no-such-stream", "--to-earliest"]).expect_code(3);
+        run(&["reset", "--table", &table, "--stream", &stream, "--to-earliest", "--shards", "shardId-typo"])
+            .expect_code(3);
         run(&["reset", "--table", &table, "--stream", &stream, "--to-earliest", "--to-latest"]).expect_code(2);
         let _ = std::fs::remove_file(file);
     });

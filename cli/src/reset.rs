@@ -517,3 +517,91 @@ pub async fn run(args: &ResetArgs, format: Format) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shard(id: &str, parents: &[&str], closed: bool) -> Shard {
+        Shard { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed }
+    }
+
+    fn lease(shard: &str, checkpoint: Checkpoint, parents: &[&str]) -> Lease {
+        Lease {
+            key: LeaseKey::new("s", shard),
+            owner: None,
+            expiry_ms: None,
+            counter: 3,
+            checkpoint,
+            parent_shard_ids: parents.iter().map(|p| p.to_string()).collect(),
+            handoff_to: None,
+            stream_created: None,
+        }
+    }
+
+    /// 0 split into 1 and 2, merged into 3; 0's row cleaned up, 1 and 2 finished, 3 reading.
+    fn lineage() -> (Snapshot, BTreeMap<String, Vec<Shard>>) {
+        let listing = vec![
+            shard("0", &[], true),
+            shard("1", &["0"], true),
+            shard("2", &["0"], true),
+            shard("3", &["1", "2"], false),
+        ];
+        let snapshot = Snapshot {
+            leases: vec![
+                lease("1", Checkpoint::ShardEnd, &["0"]),
+                lease("2", Checkpoint::ShardEnd, &["0"]),
+                lease("3", Checkpoint::Sequence("77".into()), &["1", "2"]),
+            ],
+            ..Snapshot::default()
+        };
+        (snapshot, BTreeMap::from([("s".to_string(), listing)]))
+    }
+
+    fn summary(changes: &[Change]) -> Vec<(String, Option<String>, String, State)> {
+        changes.iter().map(|c| (c.shard.clone(), c.before.clone(), c.after.clone(), c.state_after)).collect()
+    }
+
+    #[test]
+    fn a_rewind_recreates_cleaned_up_parents_and_makes_children_wait() {
+        let (snapshot, listings) = lineage();
+        let scope = Scope { streams: vec!["s".into()], shards: vec![] };
+        let changes = plan(&Mode::Rewind(Checkpoint::TrimHorizon), &scope, &snapshot, &listings).expect("plan");
+        let th = || "TRIM_HORIZON".to_string();
+        assert_eq!(
+            summary(&changes),
+            vec![
+                ("0".into(), None, th(), State::Free),
+                ("1".into(), Some("SHARD_END".into()), th(), State::WaitingForParents),
+                ("2".into(), Some("SHARD_END".into()), th(), State::WaitingForParents),
+                ("3".into(), Some("77".into()), th(), State::WaitingForParents),
+            ]
+        );
+        assert_eq!(changes[0].parents, Vec::<String>::new());
+        assert!(changes[0].seen.is_none() && changes[3].seen.as_ref().is_some_and(|l| l.counter == 3));
+    }
+
+    #[test]
+    fn a_scoped_rewind_takes_the_descendants_along() {
+        let (snapshot, listings) = lineage();
+        let scope = Scope { streams: vec!["s".into()], shards: vec!["1".into()] };
+        let changes = plan(&Mode::Rewind(Checkpoint::AtTimestamp(5)), &scope, &snapshot, &listings).expect("plan");
+        let shards: Vec<&str> = changes.iter().map(|c| c.shard.as_str()).collect();
+        assert_eq!(shards, vec!["1", "3"]);
+        assert_eq!(changes[1].note, "descendant of 1: read again after it");
+        assert_eq!(changes[1].state_after, State::WaitingForParents);
+    }
+
+    #[test]
+    fn to_latest_ends_closed_shards_and_explicit_positions_need_a_known_shard() {
+        let (snapshot, listings) = lineage();
+        let scope = Scope { streams: vec!["s".into()], shards: vec![] };
+        let changes = plan(&Mode::Latest, &scope, &snapshot, &listings).expect("plan");
+        let after: Vec<(&str, &str)> = changes.iter().map(|c| (c.shard.as_str(), c.after.as_str())).collect();
+        assert_eq!(after, vec![("1", "SHARD_END"), ("2", "SHARD_END"), ("3", "LATEST")]);
+        let unknown = Mode::Explicit(vec![("9".into(), Checkpoint::Latest)]);
+        assert!(matches!(plan(&unknown, &scope, &snapshot, &listings), Err(CliError::NotFound(_))));
+        let typo = Scope { streams: vec!["s".into()], shards: vec!["nope".into()] };
+        assert!(matches!(plan(&Mode::Latest, &typo, &snapshot, &listings), Err(CliError::NotFound(_))));
+    }
+}

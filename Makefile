@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: prometheus plots check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: prometheus plots cli test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included).
@@ -122,6 +122,18 @@ demo-local: emulators control-plane
 demo-workers: emulators
 	cargo build -q -p leasehold-worker --bin leasehold-worker --example workers_demo
 	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/workers_demo
+
+## The `leasehold` CLI and its kubectl plugin `kubectl-leasehold` (release build); copy both onto PATH
+## (`kubectl leasehold ...`), or install through krew with cli/krew/leasehold.yaml.
+cli:
+	cargo build --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
+	@echo "built $(CARGO_TARGET_DIR)/release/leasehold and $(CARGO_TARGET_DIR)/release/kubectl-leasehold"
+
+## `leasehold import-kcl` against a lease table written by the real Java KCL 2.5.4 MultiLangDaemon (needs a
+## JDK and Maven for the KCL jars): KCL killed mid-stream with a checkpoint inside a KPL aggregate, import,
+## then a worker processes every record after the KCL's checkpoints and none before them.
+test-kcl-import: emulators
+	$(GROUND)/kcl-import.sh
 
 ## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
 crds:

@@ -46,5 +46,7 @@ mod shard;
 
 pub use cli::{main, main_with_processor};
 pub use config::WorkerConfig;
+/// The rule by which a child shard waits for its parents (used by the `leasehold` CLI to show and keep it).
+pub use discovery::parents_done;
 pub use lease::{Checkpoint, LeaseKey};
 pub use processor::{Output, Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart};

@@ -1,0 +1,134 @@
+//! The `leasehold` CLI (also the kubectl plugin `kubectl-leasehold`): describe a consumer's lease
+//! table, rewind it, pause and resume its workers, drain one worker, and import checkpoints from a
+//! Java KCL lease table. It reaches AWS and Kubernetes with the worker's and operator's own clients.
+
+pub mod describe;
+pub mod drain;
+pub mod error;
+pub mod kcl;
+pub mod output;
+pub mod pause;
+pub mod positions;
+pub mod reset;
+pub mod shards;
+pub mod table;
+pub mod target;
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+use error::{CliError, EXIT_CODES_HELP, Result};
+use output::Format;
+use target::TargetArgs;
+
+/// Day-2 tool for Leasehold consumers: describe, reset, pause/resume, drain, import from the Java KCL.
+#[derive(Parser, Debug)]
+#[command(name = "leasehold", version, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    /// Output format.
+    #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table, global = true)]
+    pub output: Format,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// One row per shard (stream, shard, owner, checkpoint, lag, parents, handoff, state), the members
+    /// and a summary.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Describe {
+        /// The consumer.
+        #[command(flatten)]
+        target: TargetArgs,
+    },
+    /// Move checkpoints: a dry run by default (before -> after per shard); `--execute` applies it,
+    /// refused while any worker of the group is alive.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Reset(Box<reset::ResetArgs>),
+    /// Set the StreamConsumer's spec.paused (the operator scales its workers to zero) and wait until
+    /// every worker has left the group.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Pause(pause::PauseArgs),
+    /// Clear spec.paused and wait until the workers are back.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Resume(pause::PauseArgs),
+    /// Ask one worker to hand all its leases to the other live workers (cooperative handoff, no
+    /// repeats) and wait until it holds none.
+    #[command(after_help = EXIT_CODES_HELP)]
+    Drain(Box<drain::DrainArgs>),
+    /// Copy the checkpoints of a Java KCL lease table into the consumer's (dry run by default), so a
+    /// KCL application switches to Leasehold with no gap and no reprocessing.
+    #[command(name = "import-kcl", after_help = EXIT_CODES_HELP)]
+    ImportKcl(Box<kcl::ImportArgs>),
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// Parses the command line and runs it; the process's exit code.
+pub fn main() -> ExitCode {
+    // Run as `kubectl-leasehold` (kubectl's plugin), usage and completions say `kubectl leasehold`.
+    let plugin = std::env::args_os()
+        .next()
+        .and_then(|arg0| std::path::Path::new(&arg0).file_name().map(|n| n.to_string_lossy().starts_with("kubectl-")))
+        .unwrap_or(false);
+    let command = if plugin { Cli::command().bin_name("kubectl leasehold") } else { Cli::command() };
+    let cli = match command.try_get_matches().and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m)) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error}");
+            error.exit_code()
+        }
+    }
+}
+
+/// Runs one parsed command.
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Describe { target } => {
+            let target = target::resolve(&target).await?;
+            describe::run(&target, cli.output).await
+        }
+        Command::Reset(args) => reset::run(&args, cli.output).await,
+        Command::Pause(args) => pause::run(&args, true, cli.output).await,
+        Command::Resume(args) => pause::run(&args, false, cli.output).await,
+        Command::Drain(args) => drain::run(&args, cli.output).await,
+        Command::ImportKcl(args) => kcl::run(&args, cli.output).await,
+        Command::Completions { shell } => {
+            let mut command = Cli::command();
+            clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());
+            Ok(())
+        }
+    }
+}
+
+/// Parses a duration argument (`30s`, `2h`, `1d`).
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration like 30s, 15m or 2h: {e}"))
+}
+
+/// Refuses a command that needs Kubernetes when the consumer was given as `--table`.
+pub fn needs_resource(target: &target::Target, what: &str) -> Result<(String, String)> {
+    target
+        .resource
+        .clone()
+        .ok_or_else(|| CliError::Usage(format!("{what} needs a StreamConsumer (namespace/name), not a bare --table")))
+}

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# `leasehold import-kcl` against a lease table written by the real Java KCL 2.5.4 MultiLangDaemon
+# (`make test-kcl-import`): the KCL processes part of a stream (plain records and KPL aggregates made
+# by AWS's aws-kinesis-agg), checkpoints inside an aggregate on one shard, and is killed mid-stream;
+# the CLI imports its checkpoints; a leasehold-worker then processes every record after the KCL's
+# checkpoints and none before them (0 gaps, 0 repeats beyond the KCL's own uncheckpointed tail).
+# Needs the emulators (tests/ground/emulators.sh start), a JDK and Maven (the KCL jars), python3.
+source "$(dirname "$0")/common.sh"
+HERE="$(cd "$(dirname "$0")" && pwd)"
+KCLPY="$("$HERE/kclpy.sh")"
+export KCLPY
+"$HERE/kcl-java.sh" install >/dev/null
+VENV="$LEASEHOLD_CACHE/kcl-import-venv"
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import boto3, aws_kinesis_agg.aggregator' 2>/dev/null; then
+  log "installing boto3 and aws-kinesis-agg into $VENV"
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet boto3 "aws-kinesis-agg==1.2.3" "protobuf==7.36.2" "six==1.17.0" >&2
+fi
+log "building leasehold and leasehold-worker"
+cargo build --quiet -p leasehold-cli --bin leasehold -p leasehold-worker --bin leasehold-worker
+TARGET="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target}/debug"
+export LEASEHOLD_BIN="$TARGET/leasehold" LEASEHOLD_WORKER_BIN="$TARGET/leasehold-worker"
+exec "$VENV/bin/python" "$HERE/kcl-import.py" "$@"

@@ -91,8 +91,10 @@ async fn group_handoff_times(
             held.iter().sum::<usize>() == total && held.iter().all(|h| (low..=high).contains(h))
         });
         // At rest, as a deployment is when it rolls: whole reads have become rare. The extra offset
-        // spreads the stops over a renew interval, so the trials sample every phase of it.
-        tokio::time::sleep(Duration::from_secs(10) + Duration::from_millis(3000 * trial as u64 / trials as u64)).await;
+        // spreads the stops over a renew interval and, in steps that are not whole scan intervals,
+        // over a scan interval too, so the trials sample every phase of both.
+        let offset = Duration::from_millis((3000 + 500) * trial as u64 / trials as u64);
+        tokio::time::sleep(Duration::from_secs(10) + offset).await;
         let (leaver, others) = group.split_first().expect("a group");
         let moving = leaver.held_shards();
         leaver.signal("TERM");
@@ -102,7 +104,26 @@ async fn group_handoff_times(
                 others.iter().filter_map(|w| event_time(w, "lease acquired", &shard)).filter(|at| *at > stopped).min()
             };
             wait_for("another worker takes the shard", Duration::from_secs(40), || taken().is_some());
-            times.push(taken().expect("taken").duration_since(stopped));
+            let took = taken().expect("taken").duration_since(stopped);
+            if took > Duration::from_millis(500) {
+                // Which side was late: the leaver's release, or the others' take.
+                let released = event_time(leaver, "lease released", &shard).map(|at| at.duration_since(stopped));
+                eprintln!("  slow: {shard} held elsewhere after {took:?}, released after {released:?}");
+                if std::env::var_os("LEASEHOLD_BENCH_VERBOSE").is_some() {
+                    for w in others {
+                        for (at, line) in w.logs() {
+                            let about = line.to_string().contains(shard.as_str())
+                                || line.get("message").and_then(|m| m.as_str()).is_some_and(|m| m.contains("segments"));
+                            if about && at + Duration::from_secs(5) > stopped {
+                                let since =
+                                    at.checked_duration_since(stopped).map(|d| d.as_millis() as i64).unwrap_or(-1);
+                                eprintln!("    {} +{since}ms {line}", w.owner);
+                            }
+                        }
+                    }
+                }
+            }
+            times.push(took);
         }
     }
     times
@@ -383,7 +404,11 @@ async fn main() {
         println!("- graceful handoff (SIGTERM -> partner acquires the shard): {} — target <= 1 s", stats(times));
     }
     if run("group-handoff") {
-        for (workers, shards, trials) in [(3, 4, 6), (10, 100, 3)] {
+        let groups = match std::env::var("LEASEHOLD_BENCH_GROUPS").as_deref() {
+            Ok("10x100") => vec![(10, 100, 6)],
+            _ => vec![(3, 4, 6), (10, 100, 6)],
+        };
+        for (workers, shards, trials) in groups {
             let times = group_handoff_times(&kinesis, workers, shards, trials).await;
             println!(
                 "- SIGTERM in a group of {workers} on {shards} shards (segmented) -> each of its shards held elsewhere: {} — target max <= 0.5 s",

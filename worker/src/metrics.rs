@@ -105,99 +105,108 @@ impl Default for Metrics {
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
-        let registry = &mut metrics.registry;
-        registry.register("records_processed", "Records processed successfully", metrics.records_processed.clone());
-        registry.register("records_failed", "Failed processing attempts", metrics.records_failed.clone());
-        registry.register("records_retried", "Attempts retried in place", metrics.records_retried.clone());
-        registry.register(
-            "records_exhausted",
-            "Records whose attempts ran out, by policy applied (skip, requeue, deadLetter)",
-            metrics.records_exhausted.clone(),
-        );
-        registry.register("records_in_flight", "Records being processed now", metrics.records_in_flight.clone());
-        registry.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
-        registry.register("lease_renewals_failed", "Lease renewals that failed", metrics.renewals_failed.clone());
-        registry.register("checkpoints_written", "Checkpoints written", metrics.checkpoints_written.clone());
-        registry.register(
-            "lease_table_failures",
-            "Scans and heartbeats that could not use the lease table",
-            metrics.lease_table_failures.clone(),
-        );
-        registry.register(
-            "aws_credential_failures",
-            "AWS calls refused because of the worker's credentials (expired, revoked, unknown), process-wide",
-            crate::aws::credentials::failures(),
-        );
-        registry.register(
-            "lease_table_missing",
-            "1 while the lease table does not exist (the worker waits for it; it does not recreate it)",
-            metrics.lease_table_missing.clone(),
-        );
-        registry.register(
-            "records_stuck",
-            "Records whose processing has run longer than lease.gracefulTimeout without returning",
-            metrics.records_stuck.clone(),
-        );
-        registry.register(
-            "millis_behind_latest",
-            "Milliseconds behind the tip at the last GetRecords or fan-out event, per shard",
-            metrics.millis_behind_latest.clone(),
-        );
-        registry.register(
-            "records_not_deaggregated",
-            "Records with the KPL magic bytes that are not readable aggregates, delivered whole",
-            metrics.records_not_deaggregated.clone(),
-        );
-        registry.register(
-            "user_records_skipped",
-            "User records of KPL aggregates not delivered, by reason (outside_shard)",
-            metrics.user_records_skipped.clone(),
-        );
-        registry.register(
-            "fanout_subscriptions",
-            "Enhanced fan-out subscriptions opened",
-            metrics.fanout_subscriptions.clone(),
-        );
-        registry.register(
-            "fanout_subscribe_failures",
-            "SubscribeToShard calls that failed, by reason (resource_in_use, limit_exceeded, other), retried with backoff",
-            metrics.fanout_subscribe_failures.clone(),
-        );
-        registry.register(
-            "fanout_subscriptions_replaced",
-            "Fan-out subscriptions replaced, by reason (ended, idle, broken)",
-            metrics.fanout_subscriptions_replaced.clone(),
-        );
-        registry.register(
-            "fanout_shards_given_up",
-            "Shards released because no fan-out subscription delivered within a lease duration",
-            metrics.fanout_shards_given_up.clone(),
-        );
-        registry.register(
-            "fanout_end_checks",
-            "Checks of a quiet fan-out shard's end with GetRecords, by outcome (ended, open, failed)",
-            metrics.fanout_end_checks.clone(),
-        );
-        registry.register(
-            "fanout_consumers_registered",
-            "Stream consumers this worker registered",
-            metrics.fanout_consumers_registered.clone(),
-        );
-        registry.register(
-            "get_records_timeouts",
-            "GetRecords calls that timed out; each halves its shard's page limit (down to 10)",
-            metrics.get_records_timeouts.clone(),
-        );
-        registry.register(
-            "get_records_limit",
-            "GetRecords page limit per shard, after timeouts shrank it (grows back to maxRecords)",
-            metrics.get_records_limit.clone(),
-        );
+        metrics.register_processing_and_leases();
+        metrics.register_reading();
         metrics
     }
 }
 
 impl Metrics {
+    /// Registers the series of processing records and of the lease table.
+    fn register_processing_and_leases(&mut self) {
+        self.registry.register("records_processed", "Records processed successfully", self.records_processed.clone());
+        self.registry.register("records_failed", "Failed processing attempts", self.records_failed.clone());
+        self.registry.register("records_retried", "Attempts retried in place", self.records_retried.clone());
+        self.registry.register(
+            "records_exhausted",
+            "Records whose attempts ran out, by policy applied (skip, requeue, deadLetter)",
+            self.records_exhausted.clone(),
+        );
+        self.registry.register("records_in_flight", "Records being processed now", self.records_in_flight.clone());
+        self.registry.register("leases_held", "Leases this worker holds", self.leases_held.clone());
+        self.registry.register("lease_renewals_failed", "Lease renewals that failed", self.renewals_failed.clone());
+        self.registry.register("checkpoints_written", "Checkpoints written", self.checkpoints_written.clone());
+        self.registry.register(
+            "lease_table_failures",
+            "Scans and heartbeats that could not use the lease table",
+            self.lease_table_failures.clone(),
+        );
+        self.registry.register(
+            "aws_credential_failures",
+            "AWS calls refused because of the worker's credentials (expired, revoked, unknown), process-wide",
+            crate::aws::credentials::failures(),
+        );
+        self.registry.register(
+            "lease_table_missing",
+            "1 while the lease table does not exist (the worker waits for it; it does not recreate it)",
+            self.lease_table_missing.clone(),
+        );
+        self.registry.register(
+            "records_stuck",
+            "Records whose processing has run longer than lease.gracefulTimeout without returning",
+            self.records_stuck.clone(),
+        );
+    }
+
+    /// Registers the series of reading shards: behind latest, KPL, fan-out, GetRecords pages.
+    fn register_reading(&mut self) {
+        self.registry.register(
+            "millis_behind_latest",
+            "Milliseconds behind the tip at the last GetRecords or fan-out event, per shard",
+            self.millis_behind_latest.clone(),
+        );
+        self.registry.register(
+            "records_not_deaggregated",
+            "Records with the KPL magic bytes that are not readable aggregates, delivered whole",
+            self.records_not_deaggregated.clone(),
+        );
+        self.registry.register(
+            "user_records_skipped",
+            "User records of KPL aggregates not delivered, by reason (outside_shard)",
+            self.user_records_skipped.clone(),
+        );
+        self.registry.register(
+            "fanout_subscriptions",
+            "Enhanced fan-out subscriptions opened",
+            self.fanout_subscriptions.clone(),
+        );
+        self.registry.register(
+            "fanout_subscribe_failures",
+            "SubscribeToShard calls that failed, by reason (resource_in_use, limit_exceeded, other), retried with backoff",
+            self.fanout_subscribe_failures.clone(),
+        );
+        self.registry.register(
+            "fanout_subscriptions_replaced",
+            "Fan-out subscriptions replaced, by reason (ended, idle, broken)",
+            self.fanout_subscriptions_replaced.clone(),
+        );
+        self.registry.register(
+            "fanout_shards_given_up",
+            "Shards released because no fan-out subscription delivered within a lease duration",
+            self.fanout_shards_given_up.clone(),
+        );
+        self.registry.register(
+            "fanout_end_checks",
+            "Checks of a quiet fan-out shard's end with GetRecords, by outcome (ended, open, failed)",
+            self.fanout_end_checks.clone(),
+        );
+        self.registry.register(
+            "fanout_consumers_registered",
+            "Stream consumers this worker registered",
+            self.fanout_consumers_registered.clone(),
+        );
+        self.registry.register(
+            "get_records_timeouts",
+            "GetRecords calls that timed out; each halves its shard's page limit (down to 10)",
+            self.get_records_timeouts.clone(),
+        );
+        self.registry.register(
+            "get_records_limit",
+            "GetRecords page limit per shard, after timeouts shrank it (grows back to maxRecords)",
+            self.get_records_limit.clone(),
+        );
+    }
+
     /// Counts a record whose attempts ran out and to which `policy` was applied.
     pub fn exhausted(&self, policy: &'static str) {
         self.records_exhausted.get_or_create(&label("policy", policy)).inc();

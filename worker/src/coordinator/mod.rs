@@ -4,6 +4,7 @@
 
 mod balance;
 mod outage;
+mod running;
 mod segmented;
 mod segments;
 
@@ -15,19 +16,17 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use crate::discovery::{Incarnation, ShardSync};
 use crate::dispatch::Runner;
 use crate::kinesis::Kinesis;
-use crate::lease::{
-    Checkpoint, HeldLease, Lease, LeaseError, LeaseKey, LeasePage, LeaseStore, Member, renew_until_lost,
-};
+use crate::lease::{HeldLease, Lease, LeaseError, LeaseKey, LeasePage, LeaseStore, Member};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
-use crate::shard::{ReaderSettings, ShardExit, ShardReader, run_shard};
+use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
 use outage::TableOutage;
+use running::beat;
 use segmented::SegmentedScan;
 
 /// How the coordinator reads the lease table (`lease.scan`).
@@ -92,6 +91,9 @@ pub struct Coordinator {
     /// When the soonest lease seen held by another worker could count as expired: scanned then rather
     /// than at the next regular tick, so failover does not wait out a scan interval.
     next_expiry: Option<Instant>,
+    /// When to scan again before the next regular tick: soon after taking rows their holder freed, as
+    /// a holder's releases come in a burst that a scan may have cut in two.
+    rescan_at: Option<Instant>,
     /// This worker's fair share and the live workers it was computed over, logged when they change.
     share: (usize, usize),
     /// What `scan: segmented` keeps between scans (unused with `scan: full`).
@@ -137,6 +139,7 @@ impl Coordinator {
             outage,
             next_sync: Instant::now(),
             next_expiry: None,
+            rescan_at: None,
             share: (0, 0),
             segmented: SegmentedScan::new(Instant::now()),
         }
@@ -174,6 +177,10 @@ impl Coordinator {
                 Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
                 _ = scan.tick() => self.tick().await,
                 _ = sleep_until_some(self.next_expiry) => self.tick().await,
+                _ = sleep_until_some(self.rescan_at) => {
+                    self.rescan_at = None;
+                    self.tick().await
+                }
             }
         }
         // Stopped before leaving, so no beat recreates the row once it is deleted.
@@ -455,112 +462,6 @@ impl Coordinator {
             }
         }
     }
-
-    async fn start(&mut self, lease: Lease, sent: Instant) {
-        let key = lease.key.clone();
-        tracing::info!(shard = %key, checkpoint = %lease.checkpoint, counter = lease.counter, "lease acquired");
-        let held = Arc::new(HeldLease::new(self.store.clone(), lease.clone(), sent));
-        let metrics = self.metrics().clone();
-        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, move || {
-            metrics.renewals_failed.inc();
-        }));
-        let stop = CancellationToken::new();
-        let reader = ShardReader {
-            kinesis: self.kinesis.clone(),
-            held: held.clone(),
-            runner: self.runner.clone(),
-            processor: self.processors.create(&key),
-            start: lease.checkpoint,
-            settings: self.settings.reader.clone(),
-            stop: stop.clone(),
-        };
-        let exits = self.exits_tx.clone();
-        let reader_key = key.clone();
-        // Every log line of the shard's reader and its records carries the shard (`spans` in JSON logs).
-        let span = tracing::info_span!("shard", shard = %key);
-        let reader = tokio::spawn(
-            async move {
-                let exit = run_shard(reader).await;
-                let _ = exits.send((reader_key, exit));
-            }
-            .instrument(span),
-        );
-        self.running.insert(key, Running { held, stop, give_to: None, reader });
-        self.metrics().leases_held.set(self.running.len() as i64);
-    }
-
-    async fn on_exit(&mut self, key: LeaseKey, exit: ShardExit) {
-        let Some(running) = self.running.remove(&key) else { return };
-        self.metrics().leases_held.set(self.running.len() as i64);
-        let (final_checkpoint, to) = match exit {
-            ShardExit::Lost => {
-                tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
-                return;
-            }
-            ShardExit::Ended => {
-                // Its children may now be read: the shares change.
-                self.segmented.want_whole_at(Instant::now());
-                self.announce("a shard ended").await;
-                (None, None)
-            }
-            ShardExit::Stopped { last } => (Some(last), running.give_to),
-            ShardExit::Failed { reason, last } => {
-                tracing::error!(shard = %key, reason, "shard failed; releasing it");
-                // The stream may be gone or recreated: the next sync tells, soon rather than at its time.
-                self.next_sync = Instant::now();
-                (Some(last), None)
-            }
-        };
-        release(&running.held, final_checkpoint, to).await;
-    }
-
-    async fn shut_down(mut self) {
-        tracing::info!(owner = self.owner(), leases = self.running.len(), "shutting down: finishing in-flight records");
-        // Every shard finishes its records and runs its processor's closing hook at once, all under
-        // one deadline.
-        let deadline = Instant::now() + self.settings.graceful_timeout;
-        // With segmented scans the others see the freed rows in their segments and read the whole
-        // table then: leaving first makes that read show the group without this worker, so the freed
-        // rows count in their shares and are taken at once rather than after a renew interval.
-        let left_first = matches!(self.settings.scan, ScanMode::Segmented { .. }) && self.settings.assigned.is_none();
-        if left_first && let Err(e) = self.store.leave().await {
-            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
-        }
-        for running in self.running.values() {
-            running.stop.cancel();
-        }
-        while !self.running.is_empty() {
-            tokio::select! {
-                Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
-                _ = tokio::time::sleep_until(deadline) => break,
-            }
-        }
-        // Readers that did not finish in time are abandoned: their in-flight records are redelivered
-        // from the last record they completed.
-        for (key, running) in self.running.drain() {
-            tracing::warn!(shard = %key, "in-flight records did not finish in time; abandoning them");
-            running.reader.abort();
-            let progress = running.held.progress();
-            release(&running.held, Some(progress), None).await;
-        }
-        self.metrics().leases_held.set(0);
-        if left_first {
-            self.announce("a worker left").await;
-        }
-        if let Some(term) = self.segmented.term.take() {
-            match term.release(None, None).await {
-                Ok(_) => tracing::info!("discovery term released"),
-                Err(e) => tracing::debug!(error = %e, "discovery term not released; it expires on its own"),
-            }
-        }
-        if self.settings.assigned.is_none()
-            && !left_first
-            && let Err(e) = self.store.leave().await
-        {
-            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
-        }
-        tracing::info!("worker stopped");
-    }
 }
 
 /// At most the first 200 characters of `text` (a row another tool wrote may hold 400 KB in one value).
@@ -571,50 +472,10 @@ fn clip(text: &str) -> String {
     }
 }
 
-/// Writes this worker's membership row every `interval` until `stop`; a failed beat is counted and
-/// logged, and the next one comes sooner.
-async fn beat(store: Arc<dyn LeaseStore>, interval: Duration, metrics: Arc<Metrics>, stop: CancellationToken) {
-    let mut failing = false;
-    loop {
-        let next = match store.heartbeat().await {
-            Ok(()) => {
-                if failing {
-                    tracing::info!("membership heartbeat written again");
-                }
-                failing = false;
-                interval
-            }
-            Err(e) => {
-                metrics.lease_table_failures.inc();
-                if !failing {
-                    tracing::warn!(error = %e, "membership heartbeat failed; retrying");
-                }
-                failing = true;
-                interval / 3
-            }
-        };
-        tokio::select! {
-            _ = stop.cancelled() => return,
-            _ = tokio::time::sleep(next) => {}
-        }
-    }
-}
-
 /// Sleeps until `at`, or forever when there is nothing to wait for.
 async fn sleep_until_some(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Option<String>) {
-    let key = held.key().clone();
-    match held.release(final_checkpoint.clone(), to.clone()).await {
-        Ok(_) => match to {
-            Some(to) => tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, "lease handed over"),
-            None => tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released"),
-        },
-        Err(e) => tracing::warn!(shard = %key, error = %e, "release failed; the lease will expire instead"),
     }
 }

@@ -10,7 +10,7 @@ use regex::Regex;
 use tokio::time::Instant;
 
 use crate::kinesis::{Kinesis, KinesisError, ShardInfo, StreamState};
-use crate::lease::{Checkpoint, Lease, LeaseKey, LeaseStore};
+use crate::lease::{Checkpoint, Lease, LeaseKey, LeaseStore, NewLease};
 pub use plan::{SyncPlan, parents_done, plan};
 
 /// Which streams a consumer reads.
@@ -143,17 +143,47 @@ impl ShardSync {
     /// Lists every selected stream's shards and writes the planned rows. `rows` is the table as last read.
     pub async fn sync(&self, store: &dyn LeaseStore, rows: &[Lease]) -> SyncReport {
         let mut report = SyncReport::default();
+        let Some(listings) = self.list(&mut report).await else { return report };
+        let (planned, foreign) = self.plan_fresh(store, &listings, rows).await;
+        let SyncPlan { create, delete } = planned;
+        let (mut foreign, held_back) = self.create_rows(store, create, foreign, &mut report).await;
+        // Rows of a former incarnation whose shard the new stream does not have.
+        foreign.retain(|key, _| !held_back.contains(key));
+        for row in foreign.into_values() {
+            match store.delete(&row).await {
+                Ok(()) => {
+                    tracing::info!(shard = %row.key, "row of a former incarnation of the stream removed");
+                    report.foreign += 1;
+                }
+                Err(e) => tracing::debug!(shard = %row.key, error = %e, "former incarnation's row not removed yet"),
+            }
+        }
+        for row in delete {
+            match store.delete(&row).await {
+                Ok(()) => {
+                    tracing::info!(shard = %row.key, "finished shard's row cleaned up");
+                    report.deleted += 1;
+                }
+                Err(e) => tracing::debug!(shard = %row.key, error = %e, "cleanup skipped"),
+            }
+        }
+        report
+    }
+
+    /// Every selected stream's shards (described first, so rows are stamped against the stream as
+    /// listed); streams that cannot be listed now are left out and reported. `None` when the streams
+    /// themselves cannot be listed.
+    async fn list(&self, report: &mut SyncReport) -> Option<Vec<(String, Vec<ShardInfo>)>> {
         let streams = match self.streams().await {
             Ok(streams) => streams,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot list streams; will retry at the next sync");
                 report.failed.push(("*".into(), e.to_string()));
-                return report;
+                return None;
             }
         };
         let mut listings: Vec<(String, Vec<ShardInfo>)> = Vec::new();
         for stream in streams {
-            // Described first, so rows are stamped (and others judged) against the stream as listed.
             match self.describe(&stream).await {
                 Ok(state) if state.listable => {}
                 Ok(_) => {
@@ -192,13 +222,24 @@ impl ShardSync {
                 }
             }
         }
-        let (mut planned, mut foreign) = self.plan_rows(&listings, rows);
-        if creates_closed_shard(&planned, &listings) {
+        Some(listings)
+    }
+
+    /// The plan over `rows`, made again over a fresh read of the table when it would create a closed
+    /// shard's row; with the rows of former incarnations of the listed streams (logged).
+    async fn plan_fresh(
+        &self,
+        store: &dyn LeaseStore,
+        listings: &[(String, Vec<ShardInfo>)],
+        rows: &[Lease],
+    ) -> (SyncPlan, Vec<Lease>) {
+        let (mut planned, mut foreign) = self.plan_rows(listings, rows);
+        if creates_closed_shard(&planned, listings) {
             // A closed shard gets a row only when nothing in the table says it was read (the first
             // start of its lineage). `rows` is as old as the listing calls; another worker may have read
             // the shard and cleaned it up since, so decide again on a fresh read, just before writing.
             match store.list().await {
-                Ok(fresh) => (planned, foreign) = self.plan_rows(&listings, &fresh.leases),
+                Ok(fresh) => (planned, foreign) = self.plan_rows(listings, &fresh.leases),
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot read the lease table again; rows created at the next sync");
                     planned.create.clear();
@@ -217,18 +258,29 @@ impl ShardSync {
                  applied; the new stream is read from TRIM_HORIZON"
             );
         }
+        (planned, foreign)
+    }
+
+    /// Writes the rows to create, stamped with their stream's creation time (a former incarnation's
+    /// row replaced in one write); returns the former incarnations' rows not replaced, and the rows
+    /// held back (not written, nor any of their descendants: a descendant's row must never exist
+    /// without its ancestors', since a closed shard with a row below it counts as finished).
+    async fn create_rows(
+        &self,
+        store: &dyn LeaseStore,
+        mut create: Vec<NewLease>,
+        foreign: Vec<Lease>,
+        report: &mut SyncReport,
+    ) -> (HashMap<LeaseKey, Lease>, HashSet<LeaseKey>) {
         let mut foreign: HashMap<LeaseKey, Lease> = foreign.into_iter().map(|row| (row.key.clone(), row)).collect();
-        let SyncPlan { mut create, delete } = planned;
         {
             let known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
             for row in &mut create {
                 row.stream_created = known.get(row.key.stream()).map(|(created, _)| *created);
             }
         }
-        // A descendant's row must never exist without its ancestors' (a closed shard with a row below it
-        // counts as finished), so a row that cannot be written holds back its descendants until the
-        // next sync. `create` lists parents first, so one pass catches every generation.
-        let mut held_back: std::collections::HashSet<LeaseKey> = std::collections::HashSet::new();
+        // `create` lists parents first, so one pass catches every generation.
+        let mut held_back: HashSet<LeaseKey> = HashSet::new();
         for row in create {
             let parent_failed =
                 row.parent_shard_ids.iter().any(|p| held_back.contains(&LeaseKey::new(row.key.stream(), p.as_str())));
@@ -255,26 +307,7 @@ impl ShardSync {
                 }
             }
         }
-        // Rows of a former incarnation whose shard the new stream does not have.
-        for row in foreign.into_values().filter(|row| !held_back.contains(&row.key)) {
-            match store.delete(&row).await {
-                Ok(()) => {
-                    tracing::info!(shard = %row.key, "row of a former incarnation of the stream removed");
-                    report.foreign += 1;
-                }
-                Err(e) => tracing::debug!(shard = %row.key, error = %e, "former incarnation's row not removed yet"),
-            }
-        }
-        for row in delete {
-            match store.delete(&row).await {
-                Ok(()) => {
-                    tracing::info!(shard = %row.key, "finished shard's row cleaned up");
-                    report.deleted += 1;
-                }
-                Err(e) => tracing::debug!(shard = %row.key, error = %e, "cleanup skipped"),
-            }
-        }
-        report
+        (foreign, held_back)
     }
 }
 

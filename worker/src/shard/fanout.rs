@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Cursor, Flow, ShardExit, ShardReader, start_at};
+use super::unpack::Unpacker;
+use super::{Cursor, Flow, Incarnation, ShardExit, ShardReader, start_at};
 use crate::dispatch::Dispatcher;
 use crate::kinesis::{FanOutEvent, KinesisError, StartAt, Subscription};
 
@@ -55,30 +56,50 @@ enum Next {
     Stop,
 }
 
+/// A fan-out reader's state between subscriptions.
+struct FanOut {
+    /// Where the next subscription starts after; before any event, the lease's checkpoint says.
+    continuation: Option<String>,
+    failures: Box<dyn Iterator<Item = Duration> + Send>,
+    subscribe_log: RateLimited,
+    replace_log: RateLimited,
+    /// Since when no subscription has delivered: the consumer's resolution (registering it and
+    /// waiting for ACTIVE may take a while on first use), or the end of the last subscription that
+    /// delivered an event.
+    down_since: Instant,
+    /// Since when no record has come (or the shard's end was last checked).
+    quiet_since: Instant,
+    unpacker: Unpacker,
+}
+
+/// How one subscription ended.
+enum Subscribed {
+    /// The reader is done.
+    Exit(ShardExit),
+    /// It is to be replaced (why, with the error if it broke); `delivered` when it brought an event.
+    Replaced { why: &'static str, error: Option<KinesisError>, delivered: bool },
+    /// No subscription was opened (refused, or the stream not described): try again after a backoff.
+    NotOpened,
+}
+
 impl ShardReader {
     /// Reads the shard through subscriptions until it ends, the lease is lost, a stop is requested, or
     /// no subscription can be re-established within `resubscribe_limit`.
     pub(super) async fn read_fan_out(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
-        let key = self.held.key().clone();
-        let stream: Arc<str> = Arc::from(key.stream());
-        let shard: Arc<str> = Arc::from(key.shard_id());
-        let metrics = self.runner.metrics().clone();
-        let idle_timeout = self.settings.subscription_idle_timeout;
-        let mut unpacker = self.unpacker(cursor);
-        // Where the next subscription starts after; before any event, the lease's checkpoint says.
-        let mut continuation: Option<String> = None;
+        let stream: Arc<str> = Arc::from(self.held.key().stream());
         let mut failures = subscribe_backoff();
-        let mut subscribe_log = RateLimited::new();
-        let mut replace_log = RateLimited::new();
         if let Some(exit) = self.resolve_consumer(d, cursor, &stream, &mut failures).await? {
             return Ok(exit);
         }
-        // Since when no subscription has delivered: the consumer's resolution (registering it and
-        // waiting for ACTIVE may take a while on first use), or the end of the last subscription that
-        // delivered an event.
-        let mut down_since = Instant::now();
-        // Since when no record has come (or the shard's end was last checked).
-        let mut quiet_since = Instant::now();
+        let mut state = FanOut {
+            continuation: None,
+            failures: Box::new(failures),
+            subscribe_log: RateLimited::new(),
+            replace_log: RateLimited::new(),
+            down_since: Instant::now(),
+            quiet_since: Instant::now(),
+            unpacker: self.unpacker(cursor),
+        };
         loop {
             if self.held.lost().is_cancelled() {
                 return Ok(ShardExit::Lost);
@@ -86,116 +107,162 @@ impl ShardReader {
             if self.stop.is_cancelled() {
                 return self.stopped(d, cursor).await;
             }
-            if down_since.elapsed() >= self.settings.resubscribe_limit {
-                return self.give_up(d, cursor, down_since).await;
+            if state.down_since.elapsed() >= self.settings.resubscribe_limit {
+                return self.give_up(d, cursor, state.down_since).await;
             }
-            let from = match &continuation {
-                Some(sequence) => StartAt::AfterSequence(sequence.clone()),
-                None => match start_at(&cursor.fetched) {
-                    Some(from) => from,
-                    None => return Ok(ShardExit::Ended),
-                },
-            };
-            // As before a polling iterator: never read a recreated stream under the former one's lease.
-            match self.check_incarnation(d, &stream, cursor).await? {
-                Ok(None) => {}
-                Ok(Some(exit)) => return Ok(exit),
-                Err(e) => {
-                    let delay = failures.next().unwrap_or(Duration::from_secs(2));
-                    tracing::debug!(shard = %key, error = %e, ?delay, "cannot describe the stream before subscribing; retrying");
-                    let until = (Instant::now() + delay).min(down_since + self.settings.resubscribe_limit);
-                    self.drive(d, self.wait(Some(until))).await?;
-                    continue;
+            match self.subscribe_and_read(d, cursor, &mut state).await? {
+                Subscribed::Exit(exit) => return Ok(exit),
+                Subscribed::NotOpened => {}
+                Subscribed::Replaced { why, error, delivered } => {
+                    if delivered {
+                        state.down_since = Instant::now();
+                    }
+                    if self.quiet_shard_ended(d, cursor, &state.continuation, &mut state.quiet_since).await? {
+                        return self.finish(d, cursor).await;
+                    }
+                    self.replaced(why, error, &mut state.replace_log);
                 }
             }
-            let mut subscription = match self.drive(d, self.kinesis.subscribe(&stream, &shard, &from)).await? {
-                Ok(subscription) => subscription,
-                Err(KinesisError::StreamNotFound { .. }) => return self.stream_gone(d, cursor, &stream).await,
-                Err(e) => {
-                    let reason = match e {
-                        KinesisError::ResourceInUse(_) => "resource_in_use",
-                        KinesisError::Throttled(_) => "limit_exceeded",
-                        _ => "other",
+        }
+    }
+
+    /// Opens one subscription after the last event (or the checkpoint) and reads it until it ends.
+    async fn subscribe_and_read(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &mut Cursor,
+        state: &mut FanOut,
+    ) -> Flow<Subscribed> {
+        let key = self.held.key();
+        let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
+        let from = match &state.continuation {
+            Some(sequence) => StartAt::AfterSequence(sequence.clone()),
+            None => match start_at(&cursor.fetched) {
+                Some(from) => from,
+                None => return Ok(Subscribed::Exit(ShardExit::Ended)),
+            },
+        };
+        // As before a polling iterator: never read a recreated stream under the former one's lease.
+        match self.check_incarnation(d, &stream, cursor).await? {
+            Incarnation::Same => {}
+            Incarnation::Recreated(exit) => return Ok(Subscribed::Exit(exit)),
+            Incarnation::Unknown(e) => {
+                let delay = state.failures.next().unwrap_or(Duration::from_secs(2));
+                tracing::debug!(shard = %key, error = %e, ?delay, "cannot describe the stream before subscribing; retrying");
+                self.back_off(d, delay, state.down_since).await?;
+                return Ok(Subscribed::NotOpened);
+            }
+        }
+        let subscription = match self.drive(d, self.kinesis.subscribe(&stream, &shard, &from)).await? {
+            Ok(subscription) => subscription,
+            Err(KinesisError::StreamNotFound { .. }) => {
+                return self.stream_gone(d, cursor, &stream).await.map(Subscribed::Exit);
+            }
+            Err(e) => {
+                self.subscribe_failed(d, e, state).await?;
+                return Ok(Subscribed::NotOpened);
+            }
+        };
+        self.runner.metrics().fanout_subscriptions.inc();
+        tracing::debug!(shard = %key, from = ?from, "subscribed");
+        self.read_subscription(d, cursor, state, subscription).await
+    }
+
+    /// Reads `subscription`'s events until it ends, goes quiet or breaks, the shard ends, or a stop.
+    async fn read_subscription(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &mut Cursor,
+        state: &mut FanOut,
+        mut subscription: Subscription,
+    ) -> Flow<Subscribed> {
+        let idle_timeout = self.settings.subscription_idle_timeout;
+        let mut delivered = false;
+        loop {
+            // Until the new subscription delivers, the give-up limit bounds the wait too.
+            let wait = if delivered {
+                idle_timeout
+            } else {
+                let limit = state.down_since + self.settings.resubscribe_limit;
+                idle_timeout.min(limit.saturating_duration_since(Instant::now()))
+            };
+            let (why, error) = match self.await_event(d, cursor, &mut subscription, wait).await? {
+                Next::Event(event) => {
+                    delivered = true;
+                    state.failures = Box::new(subscribe_backoff());
+                    let FanOutEvent { records, continuation: next, millis_behind } = event;
+                    if !records.is_empty() {
+                        state.quiet_since = Instant::now();
+                    }
+                    if let Some(exit) =
+                        self.deliver(d, cursor, &mut state.unpacker, records, Some(millis_behind)).await?
+                    {
+                        return Ok(Subscribed::Exit(exit));
+                    }
+                    let ended = match next {
+                        Some(next) => {
+                            state.continuation = Some(next);
+                            self.quiet_shard_ended(d, cursor, &state.continuation, &mut state.quiet_since).await?
+                        }
+                        None => true,
                     };
-                    metrics.subscribe_failed(reason);
-                    let mut delay = failures.next().unwrap_or(Duration::from_secs(2));
-                    if reason == "limit_exceeded" {
-                        delay = delay.max(Duration::from_secs(1));
+                    if ended {
+                        drop(subscription);
+                        return self.finish(d, cursor).await.map(Subscribed::Exit);
                     }
-                    if let Some(held_back) = subscribe_log.allow() {
-                        tracing::warn!(shard = %key, error = %e, reason, ?delay, held_back,
-                            "SubscribeToShard failed; retrying (counted in leasehold_fanout_subscribe_failures_total)");
-                    }
-                    // Interrupted or not, the loop's top checks for a lost lease, a stop or the limit.
-                    let until = (Instant::now() + delay).min(down_since + self.settings.resubscribe_limit);
-                    self.drive(d, self.wait(Some(until))).await?;
+                    self.maybe_checkpoint(d, cursor).await?;
                     continue;
                 }
+                Next::Stop => {
+                    drop(subscription);
+                    return self.stopped(d, cursor).await.map(Subscribed::Exit);
+                }
+                Next::Ended => ("ended", None),
+                Next::Idle => ("idle", None),
+                Next::Broken(e) => ("broken", Some(e)),
             };
-            metrics.fanout_subscriptions.inc();
-            tracing::debug!(shard = %key, from = ?from, "subscribed");
-            let mut delivered = false;
-            let why = loop {
-                // Until the new subscription delivers, the give-up limit bounds the wait too.
-                let wait = if delivered {
-                    idle_timeout
-                } else {
-                    idle_timeout
-                        .min((down_since + self.settings.resubscribe_limit).saturating_duration_since(Instant::now()))
-                };
-                match self.await_event(d, cursor, &mut subscription, wait).await? {
-                    Next::Event(event) => {
-                        delivered = true;
-                        failures = subscribe_backoff();
-                        let FanOutEvent { records, continuation: next, millis_behind } = event;
-                        if !records.is_empty() {
-                            quiet_since = Instant::now();
-                        }
-                        if let Some(exit) = self.deliver(d, cursor, &mut unpacker, records, Some(millis_behind)).await?
-                        {
-                            return Ok(exit);
-                        }
-                        match next {
-                            Some(next) => continuation = Some(next),
-                            None => {
-                                drop(subscription);
-                                return self.finish(d, cursor).await;
-                            }
-                        }
-                        if self.quiet_shard_ended(d, cursor, &continuation, &mut quiet_since).await? {
-                            drop(subscription);
-                            return self.finish(d, cursor).await;
-                        }
-                        self.maybe_checkpoint(d, cursor).await?;
-                    }
-                    Next::Stop => {
-                        drop(subscription);
-                        return self.stopped(d, cursor).await;
-                    }
-                    Next::Ended => break ("ended", None),
-                    Next::Idle => break ("idle", None),
-                    Next::Broken(e) => break ("broken", Some(e)),
-                }
-            };
-            drop(subscription);
-            if delivered {
-                down_since = Instant::now();
-            }
-            if self.quiet_shard_ended(d, cursor, &continuation, &mut quiet_since).await? {
-                return self.finish(d, cursor).await;
-            }
-            metrics.subscription_replaced(why.0);
-            match (why, replace_log.allow()) {
-                (("ended", _), _) => {
-                    tracing::info!(shard = %key, "subscription ended; subscribing again after the last event")
-                }
-                ((reason, error), Some(held_back)) => {
-                    tracing::warn!(shard = %key, reason, error = ?error.map(|e| e.to_string()),
-                    ?idle_timeout, held_back,
-                    "subscription dropped; subscribing again after the last event (counted in leasehold_fanout_subscriptions_replaced_total)")
-                }
-                _ => {}
-            }
+            return Ok(Subscribed::Replaced { why, error, delivered });
+        }
+    }
+
+    /// A SubscribeToShard call failed: counted, logged (rate-limited) and backed off from (at least a
+    /// second after throttling: the limit is 1 call/s per consumer and shard).
+    async fn subscribe_failed(&self, d: &mut Dispatcher, error: KinesisError, state: &mut FanOut) -> Flow<()> {
+        let reason = match error {
+            KinesisError::ResourceInUse(_) => "resource_in_use",
+            KinesisError::Throttled(_) => "limit_exceeded",
+            _ => "other",
+        };
+        self.runner.metrics().subscribe_failed(reason);
+        let mut delay = state.failures.next().unwrap_or(Duration::from_secs(2));
+        if reason == "limit_exceeded" {
+            delay = delay.max(Duration::from_secs(1));
+        }
+        if let Some(held_back) = state.subscribe_log.allow() {
+            tracing::warn!(shard = %self.held.key(), error = %error, reason, ?delay, held_back,
+                "SubscribeToShard failed; retrying (counted in leasehold_fanout_subscribe_failures_total)");
+        }
+        self.back_off(d, delay, state.down_since).await
+    }
+
+    /// Waits `delay`, but not past the give-up limit; interrupted or not, the reading loop's top
+    /// checks for a lost lease, a stop or the limit next.
+    async fn back_off(&self, d: &mut Dispatcher, delay: Duration, down_since: Instant) -> Flow<()> {
+        let until = (Instant::now() + delay).min(down_since + self.settings.resubscribe_limit);
+        self.drive(d, self.wait(Some(until))).await?;
+        Ok(())
+    }
+
+    /// A subscription is replaced: counted, and logged (a drop rate-limited).
+    fn replaced(&self, why: &'static str, error: Option<KinesisError>, log: &mut RateLimited) {
+        let key = self.held.key();
+        self.runner.metrics().subscription_replaced(why);
+        if why == "ended" {
+            tracing::info!(shard = %key, "subscription ended; subscribing again after the last event");
+        } else if let Some(held_back) = log.allow() {
+            let idle_timeout = self.settings.subscription_idle_timeout;
+            tracing::warn!(shard = %key, reason = why, error = ?error.map(|e| e.to_string()), ?idle_timeout, held_back,
+                "subscription dropped; subscribing again after the last event (counted in leasehold_fanout_subscriptions_replaced_total)");
         }
     }
 

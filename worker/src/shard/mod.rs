@@ -148,9 +148,39 @@ fn backoff(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
         .build()
 }
 
+/// What happens after a failed call was handled.
 enum Step {
     Continue,
     Exit(ShardExit),
+}
+
+/// What one turn of polling gave.
+enum Polled {
+    /// Records were read (or none yet): go on.
+    Read,
+    /// The reader is done.
+    Exit(ShardExit),
+    /// A Kinesis call failed: back off (or give the shard up) and go on.
+    Failed(KinesisError),
+}
+
+/// Whether the stream is still the incarnation the lease's row is about.
+enum Incarnation {
+    /// It is (or it cannot be told for good, as for rows without a stamp).
+    Same,
+    /// It was deleted and recreated: the shard is given up with this exit.
+    Recreated(ShardExit),
+    /// It could not be described now: back off and try again.
+    Unknown(KinesisError),
+}
+
+/// A polling reader's state between GetRecords calls.
+struct Polling {
+    iterator: Option<String>,
+    pace: Pace,
+    page: PageLimit,
+    unpacker: Unpacker,
+    failures: Box<dyn Iterator<Item = Duration> + Send>,
 }
 
 /// Where a reader is: where it started, the last record fetched (a new iterator starts after it), and
@@ -214,16 +244,15 @@ impl ShardReader {
         exit
     }
 
+    /// Reads the shard by polling until it ends, the lease is lost, or a stop is requested.
     async fn read(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
-        let key = self.held.key().clone();
-        let stream: Arc<str> = Arc::from(key.stream());
-        let shard: Arc<str> = Arc::from(key.shard_id());
-        let shard_label = key.to_string();
-        let mut iterator: Option<String> = None;
-        let mut pace = Pace::new(self.settings.min_call_gap);
-        let mut page = PageLimit::new(self.settings.max_records);
-        let mut unpacker = self.unpacker(cursor);
-        let mut failures = read_backoff();
+        let mut polling = Polling {
+            iterator: None,
+            pace: Pace::new(self.settings.min_call_gap),
+            page: PageLimit::new(self.settings.max_records),
+            unpacker: self.unpacker(cursor),
+            failures: Box::new(read_backoff()),
+        };
         loop {
             if self.held.lost().is_cancelled() {
                 return Ok(ShardExit::Lost);
@@ -231,87 +260,90 @@ impl ShardReader {
             if self.stop.is_cancelled() {
                 return self.stopped(d, cursor).await;
             }
-            let current = match iterator.take() {
-                Some(current) => current,
-                None => {
-                    let Some(from) = start_at(&cursor.fetched) else { return Ok(ShardExit::Ended) };
-                    match self.check_incarnation(d, &stream, cursor).await? {
-                        Ok(None) => {}
-                        Ok(Some(exit)) => return Ok(exit),
-                        Err(e) => match self.read_failed(d, e, &mut failures, cursor).await? {
-                            Step::Continue => continue,
-                            Step::Exit(exit) => return Ok(exit),
-                        },
-                    }
-                    match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
-                        Ok(Some(it)) => it,
-                        Ok(None) => return self.finish(d, cursor).await,
-                        Err(e) => match self.read_failed(d, e, &mut failures, cursor).await? {
-                            Step::Continue => continue,
-                            Step::Exit(exit) => return Ok(exit),
-                        },
-                    }
-                }
+            let step = match self.poll_once(d, cursor, &mut polling).await? {
+                Polled::Read => Step::Continue,
+                Polled::Exit(exit) => Step::Exit(exit),
+                Polled::Failed(error) => self.read_failed(d, error, &mut polling.failures, cursor).await?,
             };
-            if !self.drive(d, self.wait(pace.until_next())).await? {
-                iterator = Some(current);
-                continue;
-            }
-            pace.called();
-            // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it has
-            // been delivered, so the next holder reads it again from the checkpoint.
-            let read = tokio::select! {
-                biased;
-                _ = self.stop.cancelled() => None,
-                batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, page.get())) => Some(batch),
-            };
-            let Some(batch) = read else { return self.stopped(d, cursor).await };
-            let batch = match batch? {
-                Ok(batch) => {
-                    if page.succeeded() {
-                        self.runner.metrics().page_limit(&shard_label, page.get());
-                    }
-                    batch
-                }
-                Err(KinesisError::TimedOut) => {
-                    self.runner.metrics().get_records_timeouts.inc();
-                    if page.timed_out() {
-                        tracing::info!(shard = %key, limit = page.get(), "GetRecords timed out; asking for smaller pages");
-                        self.runner.metrics().page_limit(&shard_label, page.get());
-                    }
-                    iterator = Some(current);
-                    match self.read_failed(d, KinesisError::TimedOut, &mut failures, cursor).await? {
-                        Step::Continue => continue,
-                        Step::Exit(exit) => return Ok(exit),
-                    }
-                }
-                Err(KinesisError::ExpiredIterator) => {
-                    tracing::info!(shard = %key, "shard iterator expired; getting a new one after the last record fetched");
-                    continue;
-                }
-                Err(e) => {
-                    iterator = Some(current);
-                    match self.read_failed(d, e, &mut failures, cursor).await? {
-                        Step::Continue => continue,
-                        Step::Exit(exit) => return Ok(exit),
-                    }
-                }
-            };
-            failures = read_backoff();
-            let empty = batch.records.is_empty();
-            if let Some(exit) = self.deliver(d, cursor, &mut unpacker, batch.records, batch.millis_behind).await? {
+            if let Step::Exit(exit) = step {
                 return Ok(exit);
             }
-            iterator = batch.next_iterator;
-            if iterator.is_none() {
-                return self.finish(d, cursor).await;
-            }
-            self.maybe_checkpoint(d, cursor).await?;
-            if empty {
-                // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
-                self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await?;
-            }
         }
+    }
+
+    /// One turn of polling: an iterator if there is none, then one paced GetRecords and its records
+    /// handed over; says what happens next.
+    async fn poll_once(&self, d: &mut Dispatcher, cursor: &mut Cursor, polling: &mut Polling) -> Flow<Polled> {
+        let key = self.held.key();
+        let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
+        let current = match polling.iterator.take() {
+            Some(current) => current,
+            None => {
+                let Some(from) = start_at(&cursor.fetched) else { return Ok(Polled::Exit(ShardExit::Ended)) };
+                match self.check_incarnation(d, &stream, cursor).await? {
+                    Incarnation::Same => {}
+                    Incarnation::Recreated(exit) => return Ok(Polled::Exit(exit)),
+                    Incarnation::Unknown(e) => return Ok(Polled::Failed(e)),
+                }
+                match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
+                    Ok(Some(it)) => it,
+                    Ok(None) => return self.finish(d, cursor).await.map(Polled::Exit),
+                    Err(e) => return Ok(Polled::Failed(e)),
+                }
+            }
+        };
+        if !self.drive(d, self.wait(polling.pace.until_next())).await? {
+            polling.iterator = Some(current);
+            return Ok(Polled::Read);
+        }
+        polling.pace.called();
+        // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it has
+        // been delivered, so the next holder reads it again from the checkpoint.
+        let read = tokio::select! {
+            biased;
+            _ = self.stop.cancelled() => None,
+            batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, polling.page.get())) => Some(batch),
+        };
+        let Some(batch) = read else { return self.stopped(d, cursor).await.map(Polled::Exit) };
+        let shard_label = key.to_string();
+        let batch = match batch? {
+            Ok(batch) => {
+                if polling.page.succeeded() {
+                    self.runner.metrics().page_limit(&shard_label, polling.page.get());
+                }
+                batch
+            }
+            Err(KinesisError::ExpiredIterator) => {
+                tracing::info!(shard = %key, "shard iterator expired; getting a new one after the last record fetched");
+                return Ok(Polled::Read);
+            }
+            Err(e) => {
+                if matches!(e, KinesisError::TimedOut) {
+                    self.runner.metrics().get_records_timeouts.inc();
+                    if polling.page.timed_out() {
+                        tracing::info!(shard = %key, limit = polling.page.get(), "GetRecords timed out; asking for smaller pages");
+                        self.runner.metrics().page_limit(&shard_label, polling.page.get());
+                    }
+                }
+                polling.iterator = Some(current);
+                return Ok(Polled::Failed(e));
+            }
+        };
+        polling.failures = Box::new(read_backoff());
+        let empty = batch.records.is_empty();
+        if let Some(exit) = self.deliver(d, cursor, &mut polling.unpacker, batch.records, batch.millis_behind).await? {
+            return Ok(Polled::Exit(exit));
+        }
+        polling.iterator = batch.next_iterator;
+        if polling.iterator.is_none() {
+            return self.finish(d, cursor).await.map(Polled::Exit);
+        }
+        self.maybe_checkpoint(d, cursor).await?;
+        if empty {
+            // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
+            self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await?;
+        }
+        Ok(Polled::Read)
     }
 
     /// The unpacker of this shard, read from `cursor`'s start.
@@ -366,27 +398,24 @@ impl ShardReader {
     /// (or under a row the shard sync is replacing). `Ok(Some(exit))` gives the shard up; `Err` is a
     /// failed describe to back off from. A describe refused for good (no permission) lets the iterator
     /// be taken unchecked, as for rows without a stamp.
-    async fn check_incarnation(
-        &self,
-        d: &mut Dispatcher,
-        stream: &str,
-        cursor: &Cursor,
-    ) -> Flow<Result<Option<ShardExit>, KinesisError>> {
-        let Some(created) = self.held.stream_created() else { return Ok(Ok(None)) };
+    async fn check_incarnation(&self, d: &mut Dispatcher, stream: &str, cursor: &Cursor) -> Flow<Incarnation> {
+        let Some(created) = self.held.stream_created() else { return Ok(Incarnation::Same) };
         match self.drive(d, self.kinesis.stream_created(stream)).await? {
-            Ok(state) if state.created == created => Ok(Ok(None)),
+            Ok(state) if state.created == created => Ok(Incarnation::Same),
             Ok(state) => {
                 let now = state.created;
                 tracing::warn!(shard = %self.held.key(), row = created, stream = now,
                     "the stream was recreated since the lease was taken; giving the shard up");
                 self.drain(d).await?;
                 let reason = format!("stream recreated (created {now}, the row is about {created})");
-                Ok(Ok(Some(ShardExit::Failed { reason, last: cursor.position(d) })))
+                Ok(Incarnation::Recreated(ShardExit::Failed { reason, last: cursor.position(d) }))
             }
-            Err(e) if e.is_retryable() || matches!(e, KinesisError::StreamNotFound { .. }) => Ok(Err(e)),
+            Err(e) if e.is_retryable() || matches!(e, KinesisError::StreamNotFound { .. }) => {
+                Ok(Incarnation::Unknown(e))
+            }
             Err(e) => {
                 tracing::debug!(shard = %self.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
-                Ok(Ok(None))
+                Ok(Incarnation::Same)
             }
         }
     }

@@ -106,11 +106,9 @@ impl Coordinator {
         // Only rows read now are acted on: a copy from an older whole read may be stale.
         moves.take.retain(|l| fresh.contains(&l.key));
         moves.expired_candidates.retain(|l| fresh.contains(&l.key));
-        // Only a segment's readers take its orphans: on a whole read every worker would race for them.
-        if !whole {
-            let orphans = self.orphaned_free_rows(page, &moves.take, now).await;
-            moves.take.extend(orphans);
-        }
+        // Only a segment's readers take its orphans: on a whole read, only those freed in its segments.
+        let orphans = self.orphaned_free_rows(page, &moves.take, whole, now).await;
+        moves.take.extend(orphans);
         let short = self.running.len() + moves.take.len() + self.requested.len() < moves.target;
         if !whole && short {
             // Handoffs are asked for from a whole read only (the holders' counters must be current),
@@ -159,13 +157,23 @@ impl Coordinator {
     /// The orphans of this worker's segments (see [`SegmentedScan::orphans`](super::SegmentedScan::orphans))
     /// whose parents are all finished; a row that looks held back only by parents this worker has not
     /// read lately gets its parents read first.
-    async fn orphaned_free_rows(&mut self, page: &LeasePage, taking: &[Lease], now: Instant) -> Vec<Lease> {
+    async fn orphaned_free_rows(
+        &mut self,
+        page: &LeasePage,
+        taking: &[Lease],
+        whole: bool,
+        now: Instant,
+    ) -> Vec<Lease> {
         let me = self.owner().to_string();
         let patience = self.segmented.reread_interval(&me, self.settings.renew_interval) + self.settings.renew_interval;
         let mut orphans = Vec::new();
-        for orphan in self.segmented.orphans(page, taking, patience, now) {
+        for orphan in self.segmented.orphans(page, taking, whole, patience, now) {
             let (lease, message) = match orphan {
-                Orphan::Freed(lease) => (lease, "lease freed by its holder; taking it"),
+                Orphan::Freed(lease) => {
+                    // The rest of the holder's releases may land just after this read: look again soon.
+                    self.rescan_at = Some(now + self.settings.scan_interval / 5);
+                    (lease, "lease freed by its holder; taking it")
+                }
                 Orphan::Untaken(lease) => (lease, "free lease left untaken; taking it"),
             };
             if self.parents_done_now(&lease).await {

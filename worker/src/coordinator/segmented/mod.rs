@@ -129,8 +129,10 @@ pub(super) struct SegmentedScan {
     shape: Option<GroupShape>,
     /// The counter of the group's change row as last read.
     changes_seen: Option<u64>,
-    /// Rows the last segment read showed freed since this worker last read them.
+    /// Rows the last read showed freed since this worker last read them, in its segments.
     freed: HashSet<LeaseKey>,
+    /// The rows this worker's last segment read returned: its segments, as far as a whole read can tell.
+    segment_rows: HashSet<LeaseKey>,
     /// Free rows seen in this worker's reads, with the counter and since when.
     free_since: HashMap<LeaseKey, (u64, Instant)>,
     /// The discovery term, while this worker holds it.
@@ -156,6 +158,7 @@ impl SegmentedScan {
             shape: None,
             changes_seen: None,
             freed: HashSet::new(),
+            segment_rows: HashSet::new(),
             free_since: HashMap::new(),
             term: None,
             reading: (0, Vec::new()),
@@ -208,15 +211,8 @@ impl SegmentedScan {
         now: Instant,
     ) -> AfterSegments {
         let changed = self.changed(page, me, askers);
-        if let Some(view) = &self.view {
-            self.freed = page
-                .leases
-                .iter()
-                .filter(|l| l.owner.is_none() && !l.checkpoint.is_shard_end())
-                .filter(|l| view.leases.get(&l.key).is_some_and(|before| before.owner.is_some()))
-                .map(|l| l.key.clone())
-                .collect();
-        }
+        self.segment_rows = page.leases.iter().map(|l| l.key.clone()).collect();
+        self.freed = self.freed_in(page, |_| true);
         if let Some(view) = self.view.as_mut() {
             view.merge(page);
         }
@@ -250,6 +246,9 @@ impl SegmentedScan {
             self.strangers.clear();
         }
         self.strangers.extend(askers);
+        // A holder's releases can straddle a scan: rows of this worker's segments freed after its last
+        // segment read are still news here, and still this worker's to take at once.
+        self.freed = self.freed_in(page, |key| self.segment_rows.contains(key));
         let mut view = TableView::default();
         view.merge(page);
         let changes = changes_key();
@@ -269,6 +268,17 @@ impl SegmentedScan {
         } else {
             now + self.reread_interval(me, settings.renew_interval)
         };
+    }
+
+    /// The rows `page` shows free (and unfinished) that the view showed held, among those `mine` accepts.
+    fn freed_in(&self, page: &LeasePage, mine: impl Fn(&LeaseKey) -> bool) -> HashSet<LeaseKey> {
+        let Some(view) = &self.view else { return HashSet::new() };
+        page.leases
+            .iter()
+            .filter(|l| l.owner.is_none() && !l.checkpoint.is_shard_end() && mine(&l.key))
+            .filter(|l| view.leases.get(&l.key).is_some_and(|before| before.owner.is_some()))
+            .map(|l| l.key.clone())
+            .collect()
     }
 
     /// How soon a worker that is short, or whose group is still forming, reads the whole table again:
@@ -387,13 +397,16 @@ impl SegmentedScan {
     }
 
     /// Free rows read now (`page`, less those the plan takes) that this worker may take whatever the
-    /// shares say: those freed by their holder since it last read them, at once; the others once they
-    /// have stayed free and untaken (same counter) for `patience`, which is longer than the worker the
-    /// matching dealt them to needs. Their parents are still to be checked.
+    /// shares say: those of its segments freed by their holder since it last read them, at once; the
+    /// others once they have stayed free and untaken (same counter) for `patience`, which is longer
+    /// than the worker the matching dealt them to needs. Their parents are still to be checked.
+    /// On a whole read (`whole`) only the freed rows: every worker reads the others, and would race for
+    /// them.
     pub(super) fn orphans(
         &mut self,
         page: &LeasePage,
         taking: &[Lease],
+        whole: bool,
         patience: Duration,
         now: Instant,
     ) -> Vec<Orphan> {
@@ -408,6 +421,9 @@ impl SegmentedScan {
                 orphans.push(Orphan::Freed(lease.clone()));
                 continue;
             }
+            if whole {
+                continue;
+            }
             let since = match self.free_since.get(&lease.key) {
                 Some(&(counter, since)) if counter == lease.counter => since,
                 _ => {
@@ -420,6 +436,9 @@ impl SegmentedScan {
             }
             self.free_since.insert(lease.key.clone(), (lease.counter, now));
             orphans.push(Orphan::Untaken(lease.clone()));
+        }
+        if whole {
+            return orphans;
         }
         let view = self.view.as_ref();
         self.free_since.retain(|key, _| view.and_then(|v| v.leases.get(key)).is_some_and(|l| l.owner.is_none()));

@@ -118,9 +118,9 @@ async fn a_row_freed_by_its_holder_is_taken_from_the_segment_read_and_the_whole_
     let page = LeasePage { leases: vec![lease("b", None, 2)], ..LeasePage::default() };
     assert_eq!(scan.note_segments(&page, "w1", &[], now), AfterSegments::TakeFreedThenReadWhole);
     assert_eq!(scan.segments_to_read("w1", 2, Duration::from_secs(10), now), None, "whole read at the next scan");
-    let orphans = scan.orphans(&page, &[], Duration::from_secs(6), now);
+    let orphans = scan.orphans(&page, &[], false, Duration::from_secs(6), now);
     assert_eq!(orphans, vec![Orphan::Freed(lease("b", None, 2))], "taken at once, whatever the shares");
-    assert!(scan.orphans(&page, &[], Duration::from_secs(6), now).is_empty(), "freed is news once");
+    assert!(scan.orphans(&page, &[], false, Duration::from_secs(6), now).is_empty(), "freed is news once");
 }
 
 #[tokio::test(start_paused = true)]
@@ -130,13 +130,16 @@ async fn a_row_left_free_is_taken_only_after_the_patience_and_only_if_its_counte
     let free = LeasePage { leases: vec![lease("c", None, 1)], ..LeasePage::default() };
     scan.note_segments(&free, "w1", &[], now);
     let patience = Duration::from_secs(6);
-    assert!(scan.orphans(&free, &[], patience, now).is_empty(), "first seen free");
-    assert!(scan.orphans(&free, &[], patience, now + Duration::from_secs(5)).is_empty(), "within the patience");
+    assert!(scan.orphans(&free, &[], false, patience, now).is_empty(), "first seen free");
+    assert!(scan.orphans(&free, &[], false, patience, now + Duration::from_secs(5)).is_empty(), "within the patience");
     let moved = LeasePage { leases: vec![lease("c", None, 2)], ..LeasePage::default() };
-    assert!(scan.orphans(&moved, &[], patience, now + Duration::from_secs(7)).is_empty(), "its counter moved");
+    assert!(scan.orphans(&moved, &[], false, patience, now + Duration::from_secs(7)).is_empty(), "its counter moved");
     let later = now + Duration::from_secs(14);
-    assert_eq!(scan.orphans(&moved, &[], patience, later), vec![Orphan::Untaken(lease("c", None, 2))]);
-    assert!(scan.orphans(&moved, &[lease("c", None, 2)], patience, later).is_empty(), "the plan takes it already");
+    assert_eq!(scan.orphans(&moved, &[], false, patience, later), vec![Orphan::Untaken(lease("c", None, 2))]);
+    assert!(
+        scan.orphans(&moved, &[lease("c", None, 2)], false, patience, later).is_empty(),
+        "the plan takes it already"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -225,4 +228,26 @@ async fn a_change_announced_by_another_worker_brings_the_whole_read_forward_and_
     assert!(!scan.note_changes(1, now), "our own announcement");
     assert!(scan.note_changes(2, now), "another worker's");
     assert_eq!(scan.whole_at, now);
+}
+
+#[tokio::test(start_paused = true)]
+async fn rows_freed_after_the_segment_read_are_still_taken_from_the_whole_read_that_follows() {
+    let now = Instant::now();
+    let mut scan = after_one_whole_read(now);
+    // The holder w2 releases "b" and then "c" (also its): the segment read falls between the two.
+    let seen = LeasePage {
+        leases: vec![lease("b", None, 2), lease("c", Some("w2"), 1), lease("a", Some("w1"), 1)],
+        ..LeasePage::default()
+    };
+    assert_eq!(scan.note_segments(&seen, "w1", &[], now), AfterSegments::TakeFreedThenReadWhole);
+    assert_eq!(scan.orphans(&seen, &[], false, Duration::from_secs(6), now), vec![Orphan::Freed(lease("b", None, 2))]);
+    let whole = LeasePage {
+        leases: vec![lease("a", Some("w1"), 1), lease("b", Some("w1"), 3), lease("c", None, 2), lease("d", None, 1)],
+        members: vec![member("w1", true)],
+        ..LeasePage::default()
+    };
+    let later = now + Duration::from_millis(500);
+    scan.note_whole(&whole, "w1", Vec::new(), &settings(), later);
+    let orphans = scan.orphans(&whole, &[], true, Duration::from_secs(6), later);
+    assert_eq!(orphans, vec![Orphan::Freed(lease("c", None, 2))], "c was in w1's segment; d was never held");
 }

@@ -1,0 +1,173 @@
+//! The shards this worker runs: starting a reader with its renewer on a lease taken, answering a
+//! reader's exit (release, hand over, or let go of a lost lease), the membership heartbeat, and the
+//! shutdown that finishes, checkpoints and releases everything.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use super::{Coordinator, Running, ScanMode};
+use crate::lease::{Checkpoint, HeldLease, Lease, LeaseKey, LeaseStore, renew_until_lost};
+use crate::metrics::Metrics;
+use crate::shard::{ShardExit, ShardReader, run_shard};
+
+impl Coordinator {
+    /// Starts reading a lease just acquired (`sent`: when the acquire went out), with its renewer.
+    pub(super) async fn start(&mut self, lease: Lease, sent: Instant) {
+        let key = lease.key.clone();
+        tracing::info!(shard = %key, checkpoint = %lease.checkpoint, counter = lease.counter, "lease acquired");
+        let held = Arc::new(HeldLease::new(self.store.clone(), lease.clone(), sent));
+        let metrics = self.metrics().clone();
+        tokio::spawn(renew_until_lost(held.clone(), self.settings.renew_interval, move || {
+            metrics.renewals_failed.inc();
+        }));
+        let stop = CancellationToken::new();
+        let reader = ShardReader {
+            kinesis: self.kinesis.clone(),
+            held: held.clone(),
+            runner: self.runner.clone(),
+            processor: self.processors.create(&key),
+            start: lease.checkpoint,
+            settings: self.settings.reader.clone(),
+            stop: stop.clone(),
+        };
+        let exits = self.exits_tx.clone();
+        let reader_key = key.clone();
+        // Every log line of the shard's reader and its records carries the shard (`spans` in JSON logs).
+        let span = tracing::info_span!("shard", shard = %key);
+        let reader = tokio::spawn(
+            async move {
+                let exit = run_shard(reader).await;
+                let _ = exits.send((reader_key, exit));
+            }
+            .instrument(span),
+        );
+        self.running.insert(key, Running { held, stop, give_to: None, reader });
+        self.metrics().leases_held.set(self.running.len() as i64);
+    }
+
+    /// A shard's reader ended: release the lease (to the asker, after a requested handoff) with what
+    /// is done, or let go of it when it was lost.
+    pub(super) async fn on_exit(&mut self, key: LeaseKey, exit: ShardExit) {
+        let Some(running) = self.running.remove(&key) else { return };
+        self.metrics().leases_held.set(self.running.len() as i64);
+        let (final_checkpoint, to) = match exit {
+            ShardExit::Lost => {
+                tracing::warn!(shard = %key, "stopped reading a lost shard; nothing checkpointed after the loss");
+                return;
+            }
+            ShardExit::Ended => {
+                // Its children may now be read: the shares change.
+                self.segmented.want_whole_at(Instant::now());
+                self.announce("a shard ended").await;
+                (None, None)
+            }
+            ShardExit::Stopped { last } => (Some(last), running.give_to),
+            ShardExit::Failed { reason, last } => {
+                tracing::error!(shard = %key, reason, "shard failed; releasing it");
+                // The stream may be gone or recreated: the next sync tells, soon rather than at its time.
+                self.next_sync = Instant::now();
+                (Some(last), None)
+            }
+        };
+        release(&running.held, final_checkpoint, to).await;
+    }
+
+    /// Finishes every shard's in-flight records under one deadline, checkpoints and releases them,
+    /// and leaves the group.
+    pub(super) async fn shut_down(mut self) {
+        tracing::info!(owner = self.owner(), leases = self.running.len(), "shutting down: finishing in-flight records");
+        // Every shard finishes its records and runs its processor's closing hook at once, all under
+        // one deadline.
+        let deadline = Instant::now() + self.settings.graceful_timeout;
+        // With segmented scans the others see the freed rows in their segments and read the whole
+        // table then: leaving first makes that read show the group without this worker, so the freed
+        // rows count in their shares and are taken at once rather than after a renew interval.
+        let left_first = matches!(self.settings.scan, ScanMode::Segmented { .. }) && self.settings.assigned.is_none();
+        if left_first && let Err(e) = self.store.leave().await {
+            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
+        }
+        for running in self.running.values() {
+            running.stop.cancel();
+        }
+        while !self.running.is_empty() {
+            tokio::select! {
+                Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                _ = tokio::time::sleep_until(deadline) => break,
+            }
+        }
+        // Readers that did not finish in time are abandoned: their in-flight records are redelivered
+        // from the last record they completed.
+        for (key, running) in self.running.drain() {
+            tracing::warn!(shard = %key, "in-flight records did not finish in time; abandoning them");
+            running.reader.abort();
+            let progress = running.held.progress();
+            release(&running.held, Some(progress), None).await;
+        }
+        self.metrics().leases_held.set(0);
+        if left_first {
+            self.announce("a worker left").await;
+        }
+        if let Some(term) = self.segmented.term.take() {
+            match term.release(None, None).await {
+                Ok(_) => tracing::info!("discovery term released"),
+                Err(e) => tracing::debug!(error = %e, "discovery term not released; it expires on its own"),
+            }
+        }
+        if self.settings.assigned.is_none()
+            && !left_first
+            && let Err(e) = self.store.leave().await
+        {
+            tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
+        }
+        tracing::info!("worker stopped");
+    }
+}
+
+/// Writes this worker's membership row every `interval` until `stop`; a failed beat is counted and
+/// logged, and the next one comes sooner.
+pub(super) async fn beat(
+    store: Arc<dyn LeaseStore>,
+    interval: Duration,
+    metrics: Arc<Metrics>,
+    stop: CancellationToken,
+) {
+    let mut failing = false;
+    loop {
+        let next = match store.heartbeat().await {
+            Ok(()) => {
+                if failing {
+                    tracing::info!("membership heartbeat written again");
+                }
+                failing = false;
+                interval
+            }
+            Err(e) => {
+                metrics.lease_table_failures.inc();
+                if !failing {
+                    tracing::warn!(error = %e, "membership heartbeat failed; retrying");
+                }
+                failing = true;
+                interval / 3
+            }
+        };
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep(next) => {}
+        }
+    }
+}
+
+async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Option<String>) {
+    let key = held.key().clone();
+    match held.release(final_checkpoint.clone(), to.clone()).await {
+        Ok(_) => match to {
+            Some(to) => tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, "lease handed over"),
+            None => tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released"),
+        },
+        Err(e) => tracing::warn!(shard = %key, error = %e, "release failed; the lease will expire instead"),
+    }
+}

@@ -437,6 +437,7 @@ pub enum Ordering {
 /// Retry policy for failed records.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream)").message("deadLetterStream is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
+#[x_kube(validation = Rule::new("!has(self.maxRecordAge) || (has(self.onExhausted) && self.onExhausted != 'block')").message("maxRecordAge needs an onExhausted that gives a record up (requeue, deadLetter or skip)").field_path(".maxRecordAge"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySpec {
     /// Attempts before `onExhausted` applies (1 or more). Default 5.
@@ -453,6 +454,12 @@ pub struct RetrySpec {
     /// With `onExhausted: deadLetter`: the stream failed records go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_stream: Option<String>,
+    /// A record that fails when it is older than this (by its arrival time in the stream) is not
+    /// retried: it goes straight to `onExhausted` (Lambda's MaximumRecordAgeInSeconds). Needs an
+    /// `onExhausted` other than `block`. Default: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub max_record_age: Option<String>,
 }
 
 /// What happens to a record whose attempts are exhausted.

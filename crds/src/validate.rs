@@ -212,6 +212,11 @@ impl StreamConsumerSpec {
                 ),
             ));
         }
+        let max_record_age = self
+            .retry
+            .as_ref()
+            .and_then(|r| r.max_record_age.as_ref())
+            .map(|age| duration(&mut errors, "spec.retry.maxRecordAge", Some(age), Duration::from_secs(1)));
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -230,6 +235,7 @@ impl StreamConsumerSpec {
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(defaults::MAX_ATTEMPTS),
             on_exhausted: retry.and_then(|r| r.on_exhausted).unwrap_or(defaults::ON_EXHAUSTED),
+            max_record_age,
             http_batch_records: count(
                 http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records),
                 defaults::HTTP_BATCH_RECORDS,
@@ -388,6 +394,13 @@ impl StreamConsumerSpec {
             let dead_letter = retry.on_exhausted == Some(crate::spec::OnExhausted::DeadLetter);
             if dead_letter && retry.dead_letter_stream.is_none() {
                 errors.push(FieldError::new("spec.retry.deadLetterStream", "required with onExhausted deadLetter"));
+            }
+            let gives_up = retry.on_exhausted.is_some_and(|p| p != crate::spec::OnExhausted::Block);
+            if retry.max_record_age.is_some() && !gives_up {
+                errors.push(FieldError::new(
+                    "spec.retry.maxRecordAge",
+                    "maxRecordAge needs an onExhausted that gives a record up (requeue, deadLetter or skip)",
+                ));
             }
         }
     }

@@ -31,6 +31,9 @@ pub struct Metrics {
     pub records_retried: Counter,
     /// Records whose attempts ran out, by what was done with them (`skip`, `requeue`, `deadLetter`).
     pub records_exhausted: Family<Labels, Counter>,
+    /// Failed records given up at once, without retries, because they were older than
+    /// `retry.maxRecordAge` (each also counted in `records_exhausted` under the policy applied).
+    pub records_aged_out: Counter,
     /// Records being processed right now, over all shards.
     pub records_in_flight: Gauge,
     /// Leases this worker holds.
@@ -84,6 +87,7 @@ impl Default for Metrics {
             records_failed: Counter::default(),
             records_retried: Counter::default(),
             records_exhausted: Family::default(),
+            records_aged_out: Counter::default(),
             records_in_flight: Gauge::default(),
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
@@ -113,6 +117,11 @@ impl Default for Metrics {
             "records_exhausted",
             "Records whose attempts ran out, by policy applied (skip, requeue, deadLetter)",
             metrics.records_exhausted.clone(),
+        );
+        registry.register(
+            "records_aged_out",
+            "Failed records given up without retries, older than retry.maxRecordAge",
+            metrics.records_aged_out.clone(),
         );
         registry.register("records_in_flight", "Records being processed now", metrics.records_in_flight.clone());
         registry.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());

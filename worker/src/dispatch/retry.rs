@@ -31,6 +31,8 @@ pub struct RetryPolicy {
     /// How many times one record may be put back at the tail; past that it goes to the dead-letter
     /// stream if one is set, else it is skipped (logged and counted).
     pub max_requeues: u32,
+    /// A record failing when older than this (by its arrival time) is not retried (`retry.maxRecordAge`).
+    pub max_record_age: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -49,6 +51,7 @@ impl RetryPolicy {
             on_exhausted: spec.on_exhausted,
             dead_letter_stream,
             max_requeues: 3,
+            max_record_age: spec.max_record_age,
         }
     }
 }
@@ -213,7 +216,14 @@ impl Runner {
                 Err(error) => error,
             };
             self.metrics.records_failed.inc();
-            let exhausted = attempt >= self.policy.max_attempts || !error.retryable;
+            let too_old = self.too_old(record);
+            if too_old && self.policy.on_exhausted != OnExhausted::Block {
+                self.metrics.records_aged_out.inc();
+                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number, attempt,
+                    max_record_age = ?self.policy.max_record_age, error = %error,
+                    "record older than retry.maxRecordAge failed; not retried");
+            }
+            let exhausted = attempt >= self.policy.max_attempts || !error.retryable || too_old;
             if exhausted && self.policy.on_exhausted != OnExhausted::Block {
                 let history = History { requeues: history.requeues, attempts: history.attempts + attempt };
                 return self.dispose(record, history, &error, stop).await;
@@ -231,6 +241,16 @@ impl Runner {
             delay = (delay * 2).min(self.policy.max_backoff);
             self.metrics.records_retried.inc();
         }
+    }
+
+    /// True when `record` arrived longer than `retry.maxRecordAge` ago (never when either is unknown).
+    fn too_old(&self, record: &Record) -> bool {
+        let (Some(limit), Some(arrival)) = (self.policy.max_record_age, record.arrival_ms) else { return false };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let limit = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
+        now.saturating_sub(arrival) > limit
     }
 
     /// Publishes a processed record's outputs to `output.stream`, in order: true once all are out (or

@@ -23,6 +23,7 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 #[x_kube(validation = Rule::new("!(has(self.streams) && size(self.streams) > 0 && has(self.streamPattern))").message("give streams or streamPattern, not both").field_path(".streamPattern"))]
 #[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || (has(self.assignment) && size(self.assignment.shards) > 0)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
 #[x_kube(validation = Rule::new("!has(self.streams) || self.streams.all(a, self.streams.filter(b, (has(b.name) ? b.name : b.arn.split('/')[1]) == (has(a.name) ? a.name : a.arn.split('/')[1])).size() == 1)").message("a stream is named twice (by name or by ARN); lease keys are <stream name>:<shardId>, so read same-named streams of two accounts with two consumers").field_path(".streams"))]
+#[x_kube(validation = Rule::new("!has(self.retry) || !has(self.retry.bisect) || !self.retry.bisect || (has(self.processor.http) && has(self.processor.http.batch) && has(self.processor.http.batch.maxRecords) && self.processor.http.batch.maxRecords > 1)").message("retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)").field_path(".retry.bisect"))]
 #[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
 #[kube(
     group = "leasehold.io",
@@ -460,6 +461,11 @@ pub struct RetrySpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = DURATION_PATTERN))]
     pub max_record_age: Option<String>,
+    /// With the http processor in batches: a batch failing whole without naming any record (a non-2xx
+    /// answer, no answer in time) is sent again in halves, down to single records, so a poison record
+    /// stops failing its neighbours (Lambda's BisectBatchOnFunctionError). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<bool>,
 }
 
 /// What happens to a record whose attempts are exhausted.

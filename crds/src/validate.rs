@@ -236,6 +236,7 @@ impl StreamConsumerSpec {
                 .unwrap_or(defaults::MAX_ATTEMPTS),
             on_exhausted: retry.and_then(|r| r.on_exhausted).unwrap_or(defaults::ON_EXHAUSTED),
             max_record_age,
+            bisect: retry.and_then(|r| r.bisect).unwrap_or(false),
             http_batch_records: count(
                 http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records),
                 defaults::HTTP_BATCH_RECORDS,
@@ -394,6 +395,19 @@ impl StreamConsumerSpec {
             let dead_letter = retry.on_exhausted == Some(crate::spec::OnExhausted::DeadLetter);
             if dead_letter && retry.dead_letter_stream.is_none() {
                 errors.push(FieldError::new("spec.retry.deadLetterStream", "required with onExhausted deadLetter"));
+            }
+            let batched = self
+                .processor
+                .http
+                .as_ref()
+                .and_then(|h| h.batch.as_ref())
+                .and_then(|b| b.max_records)
+                .is_some_and(|n| n > 1);
+            if retry.bisect == Some(true) && !batched {
+                errors.push(FieldError::new(
+                    "spec.retry.bisect",
+                    "retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)",
+                ));
             }
             let gives_up = retry.on_exhausted.is_some_and(|p| p != crate::spec::OnExhausted::Block);
             if retry.max_record_age.is_some() && !gives_up {

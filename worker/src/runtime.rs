@@ -63,8 +63,11 @@ pub fn processors(
         return Ok(Arc::new(shared(StdoutProcessor::new(owner))));
     }
     if let Some(http) = &spec.http {
-        let batching =
-            HttpBatching { max_records: config.resolved.http_batch_records, max_delay: durations.http_batch_max_delay };
+        let batching = HttpBatching {
+            max_records: config.resolved.http_batch_records,
+            max_delay: durations.http_batch_max_delay,
+            bisect: config.resolved.bisect,
+        };
         return Ok(Arc::new(shared(HttpProcessor::new(&http.url, durations.http_timeout)?.with_batching(batching))));
     }
     if let Some(multilang) = &spec.multilang {

@@ -88,6 +88,10 @@ pub struct StreamConsumerSpec {
     /// What happens when processing a record fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
+    /// Only records matching this filter are processed; the others are checkpointed without being
+    /// processed, and counted (Lambda's FilterCriteria).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterSpec>,
     /// Stream that processors may emit records to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputSpec>,
@@ -480,6 +484,27 @@ pub enum OnExhausted {
     DeadLetter,
     /// Skip it (counted and logged).
     Skip,
+}
+
+/// Records to process, in Lambda's filter-pattern grammar.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FilterSpec {
+    /// Patterns over the record seen as `{"partitionKey": "<key>", "data": <its data as JSON>}`; a
+    /// record is processed when one of them matches (1-10). Data that is not JSON matches only
+    /// patterns that do not look inside `data`. The grammar is in docs/worker.md, "Filtering".
+    #[schemars(schema_with = "filter_patterns")]
+    pub patterns: Vec<serde_json::Value>,
+}
+
+fn filter_patterns(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 10,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "description": "Patterns over the record seen as `{\"partitionKey\": \"<key>\", \"data\": <its data as JSON>}`; a record is processed when one of them matches (1-10). Data that is not JSON matches only patterns that do not look inside `data`. The grammar is in docs/worker.md, \"Filtering\"."
+    })
 }
 
 /// Where processors emit records.

@@ -388,6 +388,16 @@ impl StreamConsumerSpec {
                 format!("{name:?} is not a Kinesis consumer name (1-128 of a-z, A-Z, 0-9, _, -, .)"),
             ));
         }
+        if let Some(filter) = &self.filter {
+            if filter.patterns.is_empty() || filter.patterns.len() > 10 {
+                errors.push(FieldError::new("spec.filter.patterns", "give 1 to 10 patterns"));
+            }
+            for (i, pattern) in filter.patterns.iter().enumerate() {
+                if let Err(e) = crate::filter::Pattern::parse(pattern) {
+                    errors.push(FieldError::new(format!("spec.filter.patterns[{i}]"), e));
+                }
+            }
+        }
         if let Some(retry) = &self.retry {
             if retry.max_attempts.is_some_and(|n| n < 1) {
                 errors.push(FieldError::new("spec.retry.maxAttempts", "must be 1 or more"));

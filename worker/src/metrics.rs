@@ -34,6 +34,8 @@ pub struct Metrics {
     /// Failed records given up at once, without retries, because they were older than
     /// `retry.maxRecordAge` (each also counted in `records_exhausted` under the policy applied).
     pub records_aged_out: Counter,
+    /// Records passed over without processing because they do not match `filter` (checkpointed).
+    pub records_filtered: Counter,
     /// Records being processed right now, over all shards.
     pub records_in_flight: Gauge,
     /// Leases this worker holds.
@@ -88,6 +90,7 @@ impl Default for Metrics {
             records_retried: Counter::default(),
             records_exhausted: Family::default(),
             records_aged_out: Counter::default(),
+            records_filtered: Counter::default(),
             records_in_flight: Gauge::default(),
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
@@ -122,6 +125,11 @@ impl Default for Metrics {
             "records_aged_out",
             "Failed records given up without retries, older than retry.maxRecordAge",
             metrics.records_aged_out.clone(),
+        );
+        registry.register(
+            "records_filtered",
+            "Records passed over unprocessed because they do not match the filter",
+            metrics.records_filtered.clone(),
         );
         registry.register("records_in_flight", "Records being processed now", metrics.records_in_flight.clone());
         registry.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());

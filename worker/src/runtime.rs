@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
 
@@ -40,6 +41,9 @@ pub enum RuntimeError {
     /// The http processor's settings are unusable.
     #[error(transparent)]
     Http(#[from] HttpProcessorError),
+    /// A `filter` pattern is not in the grammar (the spec's validation refuses it first).
+    #[error("spec.filter: {0}")]
+    Filter(leasehold_crds::filter::PatternError),
 }
 
 /// Longest owner id accepted (`--owner-id`, `spec.ownerId`).
@@ -138,6 +142,10 @@ pub async fn run(
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner)
         .with_stuck_after(durations.graceful_timeout);
+    let runner = match &spec.filter {
+        Some(filter) => runner.with_filter(RecordFilter::new(&filter.patterns).map_err(RuntimeError::Filter)?),
+        None => runner,
+    };
     let runner = match &spec.output {
         Some(output) => runner.with_output(output.stream.clone(), output.partition_key.clone()),
         None => runner,

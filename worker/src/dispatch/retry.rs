@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
+use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{OnExhausted, ResolvedSpec};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
@@ -74,6 +75,8 @@ pub enum Outcome {
     Requeued,
     /// Attempts ran out; sent to the dead-letter stream.
     DeadLettered,
+    /// The record does not match the consumer's `filter`: not processed, counted, and done.
+    Filtered,
     /// A graceful stop came while the record waited for a retry: it is not done and will be delivered
     /// again by the shard's next reader.
     Abandoned,
@@ -117,6 +120,7 @@ pub struct Runner {
     metrics: Arc<Metrics>,
     owner: String,
     stuck_after: Duration,
+    filter: Option<RecordFilter>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -145,6 +149,7 @@ impl Runner {
             metrics,
             owner: String::new(),
             stuck_after,
+            filter: None,
         }
     }
 
@@ -178,6 +183,12 @@ impl Runner {
         self
     }
 
+    /// Processes only records matching `filter`; the others end [`Outcome::Filtered`] at once.
+    pub fn with_filter(mut self, filter: RecordFilter) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+
     /// The metrics it counts into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -196,6 +207,13 @@ impl Runner {
             }
             None => (record, History::default()),
         };
+        if let Some(filter) = &self.filter
+            && !filter.matches(&record.partition_key, &record.data)
+        {
+            self.metrics.records_filtered.inc();
+            tracing::trace!(shard = %record.shard_id, sequence = %record.sequence_number, "record filtered out");
+            return Outcome::Filtered;
+        }
         let mut attempt = 0u32;
         let mut delay = self.policy.backoff;
         loop {

@@ -167,6 +167,13 @@ pub struct AwsSpec {
     /// DynamoDB endpoint URL, for emulators or VPC endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamodb_endpoint: Option<String>,
+    /// SQS endpoint URL (for `retry.deadLetterQueue`), for emulators or VPC endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs_endpoint: Option<String>,
+    /// S3 endpoint URL (for `retry.deadLetterBucket`), for emulators or VPC endpoints; path-style
+    /// addressing is used when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
 }
 
 /// The lease table.
@@ -441,7 +448,7 @@ pub enum Ordering {
 
 /// Retry policy for failed records.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream)").message("deadLetterStream is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
+#[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream) || has(self.deadLetterQueue) || has(self.deadLetterBucket)").message("deadLetterStream, deadLetterQueue or deadLetterBucket is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
 #[x_kube(validation = Rule::new("!has(self.maxRecordAge) || (has(self.onExhausted) && self.onExhausted != 'block')").message("maxRecordAge needs an onExhausted that gives a record up (requeue, deadLetter or skip)").field_path(".maxRecordAge"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySpec {
@@ -459,6 +466,15 @@ pub struct RetrySpec {
     /// With `onExhausted: deadLetter`: the stream failed records go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_stream: Option<String>,
+    /// With `onExhausted: deadLetter`: the URL of an SQS queue failed records go to, one message per
+    /// record holding the dead-letter JSON document (Lambda's on-failure destination).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+/[0-9]+/[a-zA-Z0-9_-]{1,80}(\.fifo)?$"))]
+    pub dead_letter_queue: Option<String>,
+    /// With `onExhausted: deadLetter`: an S3 bucket failed records go to, one object per record holding
+    /// the dead-letter JSON document, under `<prefix><stream>/<shardId>/<sequenceNumber>.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_bucket: Option<DeadLetterBucket>,
     /// A record that fails when it is older than this (by its arrival time in the stream) is not
     /// retried: it goes straight to `onExhausted` (Lambda's MaximumRecordAgeInSeconds). Needs an
     /// `onExhausted` other than `block`. Default: no limit.
@@ -472,6 +488,18 @@ pub struct RetrySpec {
     pub bisect: Option<bool>,
 }
 
+/// An S3 bucket that receives dead letters.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeadLetterBucket {
+    /// The bucket's name.
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
+    pub name: String,
+    /// Prepended to every object key (for example `dead-letters/`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
+}
+
 /// What happens to a record whose attempts are exhausted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -480,7 +508,8 @@ pub enum OnExhausted {
     Block,
     /// Publish a copy at the stream's tail with its attempt count.
     Requeue,
-    /// Publish to `retry.deadLetterStream` with the error.
+    /// Publish to `retry.deadLetterStream`, `deadLetterQueue` and `deadLetterBucket` (those set) with the
+    /// error.
     DeadLetter,
     /// Skip it (counted and logged).
     Skip,

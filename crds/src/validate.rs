@@ -77,6 +77,22 @@ pub fn valid_stream_arn(arn: &str) -> bool {
     PATTERN.as_ref().is_some_and(|pattern| pattern.is_match(arn))
 }
 
+/// True for an SQS queue URL of the form the CRD schema requires: `http(s)://<host>/<account>/<name>`.
+pub fn valid_queue_url(url: &str) -> bool {
+    static PATTERN: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"^https?://\S+/[0-9]+/[a-zA-Z0-9_-]{1,80}(\.fifo)?$").ok());
+    PATTERN.as_ref().is_some_and(|pattern| pattern.is_match(url))
+}
+
+/// True for an S3 bucket name: 3-63 of `a-z 0-9 . -`, beginning and ending with a letter or digit.
+pub fn valid_bucket_name(name: &str) -> bool {
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && edge(name.as_bytes().first())
+        && edge(name.as_bytes().last())
+}
+
 /// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_table_name(name: &str) -> bool {
     valid_aws_name(name, 3..=255)
@@ -403,8 +419,30 @@ impl StreamConsumerSpec {
                 errors.push(FieldError::new("spec.retry.maxAttempts", "must be 1 or more"));
             }
             let dead_letter = retry.on_exhausted == Some(crate::spec::OnExhausted::DeadLetter);
-            if dead_letter && retry.dead_letter_stream.is_none() {
-                errors.push(FieldError::new("spec.retry.deadLetterStream", "required with onExhausted deadLetter"));
+            let destination = retry.dead_letter_stream.is_some()
+                || retry.dead_letter_queue.is_some()
+                || retry.dead_letter_bucket.is_some();
+            if dead_letter && !destination {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterStream",
+                    "deadLetterStream, deadLetterQueue or deadLetterBucket is required with onExhausted deadLetter",
+                ));
+            }
+            if let Some(queue) = &retry.dead_letter_queue
+                && !valid_queue_url(queue)
+            {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterQueue",
+                    format!("{queue:?} is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"),
+                ));
+            }
+            if let Some(bucket) = &retry.dead_letter_bucket
+                && !valid_bucket_name(&bucket.name)
+            {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterBucket.name",
+                    format!("{:?} is not an S3 bucket name (3-63 of a-z, 0-9, ., -)", bucket.name),
+                ));
             }
             let batched = self
                 .processor

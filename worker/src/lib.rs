@@ -33,6 +33,7 @@ pub mod aws;
 mod cli;
 pub mod config;
 mod coordinator;
+pub mod destination;
 mod discovery;
 pub mod dispatch;
 pub mod health;

@@ -36,6 +36,9 @@ pub struct Metrics {
     pub records_aged_out: Counter,
     /// Records passed over without processing because they do not match `filter` (checkpointed).
     pub records_filtered: Counter,
+    /// Dead letters an on-failure destination refused or could not take, by destination (`sqs`,
+    /// `s3`); each is retried until it is taken, the record's shard waiting meanwhile.
+    pub dead_letter_failures: Family<Labels, Counter>,
     /// Records being processed right now, over all shards.
     pub records_in_flight: Gauge,
     /// Leases this worker holds.
@@ -91,6 +94,7 @@ impl Default for Metrics {
             records_exhausted: Family::default(),
             records_aged_out: Counter::default(),
             records_filtered: Counter::default(),
+            dead_letter_failures: Family::default(),
             records_in_flight: Gauge::default(),
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
@@ -130,6 +134,11 @@ impl Default for Metrics {
             "records_filtered",
             "Records passed over unprocessed because they do not match the filter",
             metrics.records_filtered.clone(),
+        );
+        registry.register(
+            "dead_letter_failures",
+            "Dead letters an on-failure destination (sqs, s3) did not take; retried, the shard waits",
+            metrics.dead_letter_failures.clone(),
         );
         registry.register("records_in_flight", "Records being processed now", metrics.records_in_flight.clone());
         registry.register("leases_held", "Leases this worker holds", metrics.leases_held.clone());
@@ -223,6 +232,16 @@ impl Metrics {
     /// How many records `policy` was applied to so far.
     pub fn exhausted_count(&self, policy: &'static str) -> u64 {
         self.records_exhausted.get_or_create(&label("policy", policy)).get()
+    }
+
+    /// Counts a dead letter `destination` did not take.
+    pub fn dead_letter_failed(&self, destination: &'static str) {
+        self.dead_letter_failures.get_or_create(&label("destination", destination)).inc();
+    }
+
+    /// How many dead letters `destination` did not take so far.
+    pub fn dead_letter_failures(&self, destination: &'static str) -> u64 {
+        self.dead_letter_failures.get_or_create(&label("destination", destination)).get()
     }
 
     /// Counts `count` user records skipped for `reason`.

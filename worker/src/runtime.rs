@@ -7,9 +7,10 @@ use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
+use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 use crate::config::WorkerConfig;
 use crate::coordinator::{Coordinator, CoordinatorSettings, ScanMode};
+use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
 use crate::kinesis::{Consumers, Kinesis};
@@ -142,6 +143,17 @@ pub async fn run(
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner)
         .with_stuck_after(durations.graceful_timeout);
+    let mut runner = runner;
+    if let Some(retry) = &spec.retry {
+        if let Some(queue) = &retry.dead_letter_queue {
+            runner = runner.with_destination(Arc::new(SqsDestination::new(sqs_client(&sdk, &spec.aws), queue.clone())));
+        }
+        if let Some(bucket) = &retry.dead_letter_bucket {
+            let prefix = bucket.prefix.clone().unwrap_or_default();
+            let s3 = S3Destination::new(s3_client(&sdk, &spec.aws), bucket.name.clone(), prefix);
+            runner = runner.with_destination(Arc::new(s3));
+        }
+    }
     let runner = match &spec.filter {
         Some(filter) => runner.with_filter(RecordFilter::new(&filter.patterns).map_err(RuntimeError::Filter)?),
         None => runner,

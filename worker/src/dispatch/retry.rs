@@ -13,6 +13,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::requeue::{self, History};
+use crate::destination::Destination;
 use crate::metrics::Metrics;
 use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
 
@@ -121,6 +122,7 @@ pub struct Runner {
     owner: String,
     stuck_after: Duration,
     filter: Option<RecordFilter>,
+    destinations: Vec<Arc<dyn Destination>>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -150,6 +152,7 @@ impl Runner {
             owner: String::new(),
             stuck_after,
             filter: None,
+            destinations: Vec::new(),
         }
     }
 
@@ -186,6 +189,12 @@ impl Runner {
     /// Processes only records matching `filter`; the others end [`Outcome::Filtered`] at once.
     pub fn with_filter(mut self, filter: RecordFilter) -> Self {
         self.filter = Some(filter);
+        self
+    }
+
+    /// Sends dead letters to `destination` too (after the dead-letter stream, if one is set).
+    pub fn with_destination(mut self, destination: Arc<dyn Destination>) -> Self {
+        self.destinations.push(destination);
         self
     }
 
@@ -299,13 +308,18 @@ impl Runner {
     ) -> Outcome {
         let policy = match self.policy.on_exhausted {
             OnExhausted::Requeue if history.requeues >= self.policy.max_requeues => {
-                let (fallback, name) = match self.policy.dead_letter_stream {
-                    Some(_) => (OnExhausted::DeadLetter, "deadLetter"),
-                    None => (OnExhausted::Skip, "skip"),
+                let (fallback, name) = match self.policy.dead_letter_stream.is_some() || !self.destinations.is_empty() {
+                    true => (OnExhausted::DeadLetter, "deadLetter"),
+                    false => (OnExhausted::Skip, "skip"),
                 };
                 tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
                     requeues = history.requeues, fallback = name, "requeue limit reached");
                 fallback
+            }
+            OnExhausted::DeadLetter if self.policy.dead_letter_stream.is_none() && self.destinations.is_empty() => {
+                tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
+                    "onExhausted deadLetter names no destination; skipping the record");
+                OnExhausted::Skip
             }
             policy => policy,
         };
@@ -330,7 +344,6 @@ impl Runner {
                 Outcome::Requeued
             }
             OnExhausted::DeadLetter => {
-                let stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default();
                 let letter = DeadLetter {
                     stream: &record.stream,
                     shard_id: &record.shard_id,
@@ -349,15 +362,50 @@ impl Runner {
                     Ok(data) => Bytes::from(data),
                     Err(e) => Bytes::from(format!("{{\"error\":\"cannot encode dead letter: {e}\"}}")),
                 };
-                if !self.publish(stream, &record.partition_key, data, stop).await {
+                if let Some(stream) = &self.policy.dead_letter_stream
+                    && !self.publish(stream, &record.partition_key, data.clone(), stop).await
+                {
                     return Outcome::Abandoned;
+                }
+                for destination in &self.destinations {
+                    if !self.deliver(destination.as_ref(), record, &data, stop).await {
+                        return Outcome::Abandoned;
+                    }
                 }
                 self.metrics.exhausted("deadLetter");
                 tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
-                    partition_key = %record.partition_key, attempts = history.attempts, dead_letter_stream = stream,
-                    error = %error, "record sent to the dead-letter stream");
+                    partition_key = %record.partition_key, attempts = history.attempts,
+                    dead_letter_stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default(),
+                    destinations = self.destinations.len(), error = %error, "record sent to the dead-letter stream");
                 Outcome::DeadLettered
             }
+        }
+    }
+
+    /// Sends a dead letter to `destination` until it is taken (never dropping it: the record's shard
+    /// waits, counted and logged); false if a graceful stop came first.
+    async fn deliver(
+        &self,
+        destination: &dyn Destination,
+        record: &Record,
+        letter: &Bytes,
+        stop: &CancellationToken,
+    ) -> bool {
+        let mut delay = self.policy.backoff.min(Duration::from_secs(1));
+        loop {
+            match destination.send(record, letter).await {
+                Ok(()) => return true,
+                Err(e) => {
+                    self.metrics.dead_letter_failed(destination.kind());
+                    tracing::error!(destination = destination.kind(), target = %destination.target(),
+                        shard = %record.shard_id, sequence = %record.sequence_number, error = %e, ?delay,
+                        "cannot send the dead letter to its destination; retrying, the record waits");
+                }
+            }
+            if !pause(delay, stop).await {
+                return false;
+            }
+            delay = (delay * 2).min(self.policy.max_backoff);
         }
     }
 

@@ -123,6 +123,7 @@ fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 /// every Kinesis call passes `StreamARN`, with credentials from the standard AWS chain).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.name) != has(self.arn)").message("set exactly one of name, arn"))]
+#[x_kube(validation = Rule::new("!has(self.createIfMissing) || has(self.name)").message("createIfMissing needs name: a stream is created in the consumer's own account").field_path(".createIfMissing"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StreamSpec {
     /// The stream's name.
@@ -133,6 +134,25 @@ pub struct StreamSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = STREAM_ARN_PATTERN), length(max = 256))]
     pub arn: Option<String>,
+    /// Create the stream when it does not exist (and wait for it to be ACTIVE before reading): with
+    /// `shards: N` (provisioned) or `onDemand: true`. An existing stream is left as it is; Leasehold
+    /// never deletes a stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_if_missing: Option<CreateIfMissing>,
+}
+
+/// The shape of a stream Leasehold creates when it is missing: exactly one of `shards`, `onDemand`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.shards) != (has(self.onDemand) && self.onDemand)").message("set exactly one of shards, onDemand: true"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateIfMissing {
+    /// A provisioned stream with this many shards (1-10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub shards: Option<i32>,
+    /// An on-demand stream (capacity managed by Kinesis).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<bool>,
 }
 
 /// The form of a stream ARN (the CRD schema and the worker check the same).
@@ -141,7 +161,7 @@ pub const STREAM_ARN_PATTERN: &str = r"^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-
 impl StreamSpec {
     /// A stream given by name.
     pub fn named(name: impl Into<String>) -> Self {
-        Self { name: Some(name.into()), arn: None }
+        Self { name: Some(name.into()), arn: None, create_if_missing: None }
     }
 
     /// The stream's name: `name`, or the last part of `arn` (empty when neither is set).
@@ -449,6 +469,7 @@ pub enum Ordering {
 /// Retry policy for failed records.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream) || has(self.deadLetterQueue) || has(self.deadLetterBucket)").message("deadLetterStream, deadLetterQueue or deadLetterBucket is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
+#[x_kube(validation = Rule::new("!has(self.deadLetterStreamCreateIfMissing) || has(self.deadLetterStream)").message("deadLetterStreamCreateIfMissing needs deadLetterStream").field_path(".deadLetterStreamCreateIfMissing"))]
 #[x_kube(validation = Rule::new("!has(self.maxRecordAge) || (has(self.onExhausted) && self.onExhausted != 'block')").message("maxRecordAge needs an onExhausted that gives a record up (requeue, deadLetter or skip)").field_path(".maxRecordAge"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySpec {
@@ -466,6 +487,9 @@ pub struct RetrySpec {
     /// With `onExhausted: deadLetter`: the stream failed records go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_stream: Option<String>,
+    /// Create `deadLetterStream` when it does not exist, with this shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_stream_create_if_missing: Option<CreateIfMissing>,
     /// With `onExhausted: deadLetter`: the URL of an SQS queue failed records go to, one message per
     /// record holding the dead-letter JSON document (Lambda's on-failure destination).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -545,6 +569,9 @@ pub struct OutputSpec {
     /// Fixed partition key for outputs that carry none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_key: Option<String>,
+    /// Create the output stream when it does not exist, with this shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_if_missing: Option<CreateIfMissing>,
 }
 
 /// Manual shard assignment.

@@ -93,6 +93,17 @@ pub fn valid_bucket_name(name: &str) -> bool {
         && edge(name.as_bytes().last())
 }
 
+/// Exactly one of `shards` (1-10000), `onDemand: true`.
+fn check_shape(errors: &mut Vec<FieldError>, field: &str, shape: Option<crate::spec::CreateIfMissing>) {
+    let Some(shape) = shape else { return };
+    if shape.shards.is_some() == (shape.on_demand == Some(true)) {
+        errors.push(FieldError::new(field, "set exactly one of shards, onDemand: true"));
+    }
+    if shape.shards.is_some_and(|n| !(1..=10000).contains(&n)) {
+        errors.push(FieldError::new(format!("{field}.shards"), "must be 1 to 10000"));
+    }
+}
+
 /// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_table_name(name: &str) -> bool {
     valid_aws_name(name, 3..=255)
@@ -275,6 +286,13 @@ impl StreamConsumerSpec {
         }
         let mut seen = HashSet::new();
         for (i, stream) in self.streams.iter().enumerate() {
+            check_shape(errors, &format!("spec.streams[{i}].createIfMissing"), stream.create_if_missing);
+            if stream.create_if_missing.is_some() && stream.name.is_none() {
+                errors.push(FieldError::new(
+                    format!("spec.streams[{i}].createIfMissing"),
+                    "createIfMissing needs name: a stream is created in the consumer's own account",
+                ));
+            }
             match (&stream.name, &stream.arn) {
                 (Some(_), Some(_)) | (None, None) => {
                     errors.push(FieldError::new(format!("spec.streams[{i}]"), "set exactly one of name, arn"));
@@ -404,6 +422,9 @@ impl StreamConsumerSpec {
                 format!("{name:?} is not a Kinesis consumer name (1-128 of a-z, A-Z, 0-9, _, -, .)"),
             ));
         }
+        if let Some(output) = &self.output {
+            check_shape(errors, "spec.output.createIfMissing", output.create_if_missing);
+        }
         if let Some(filter) = &self.filter {
             if filter.patterns.is_empty() || filter.patterns.len() > 10 {
                 errors.push(FieldError::new("spec.filter.patterns", "give 1 to 10 patterns"));
@@ -457,6 +478,17 @@ impl StreamConsumerSpec {
                     "retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)",
                 ));
             }
+            if retry.dead_letter_stream_create_if_missing.is_some() && retry.dead_letter_stream.is_none() {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterStreamCreateIfMissing",
+                    "deadLetterStreamCreateIfMissing needs deadLetterStream",
+                ));
+            }
+            check_shape(
+                errors,
+                "spec.retry.deadLetterStreamCreateIfMissing",
+                retry.dead_letter_stream_create_if_missing,
+            );
             let gives_up = retry.on_exhausted.is_some_and(|p| p != crate::spec::OnExhausted::Block);
             if retry.max_record_age.is_some() && !gives_up {
                 errors.push(FieldError::new(

@@ -42,6 +42,9 @@ pub enum RuntimeError {
     /// The http processor's settings are unusable.
     #[error(transparent)]
     Http(#[from] HttpProcessorError),
+    /// A stream of `createIfMissing` could not be created or did not become ACTIVE.
+    #[error(transparent)]
+    Streams(#[from] crate::streams::StreamsError),
     /// A `filter` pattern is not in the grammar (the spec's validation refuses it first).
     #[error("spec.filter: {0}")]
     Filter(leasehold_crds::filter::PatternError),
@@ -113,6 +116,8 @@ pub async fn run(
             Arc::new(MemoryLeaseStore::new(settings))
         }
     };
+    // Streams the spec asks to create when missing, ACTIVE before any is read or written.
+    crate::streams::ensure_all(&kinesis_client(&sdk, &spec.aws), spec, Duration::from_secs(120)).await?;
     let mut kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
     if resolved.mode == ReaderMode::FanOut {
         tracing::info!(consumer = config.consumer_name, "reading with enhanced fan-out");

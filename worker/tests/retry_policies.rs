@@ -360,7 +360,7 @@ async fn block_case(input: Input) {
     assert_eq!(metrics.records_processed.get(), written.len() as u64, "each record processed once");
 }
 
-/// `retry.maxRecordAge`: records written, then five seconds later more records; with a 4 s limit the
+/// `retry.maxRecordAge`: records written, then eight seconds later more records; with a 5 s limit the
 /// failing records of the first batch are past it when they fail and go to the dead-letter stream
 /// after their one attempt, while the failing records of the second batch are retried up to
 /// `maxAttempts` first.
@@ -378,13 +378,15 @@ fn max_record_age_dead_letters_an_old_failing_record_without_retrying() {
         let old = numbered(0..3);
         let young = numbered(3..KEYS);
         put_records(&kinesis, &stream, &old).await;
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        // The young records have 5 s to be read and fail (a loaded machine included); the old ones are
+        // 8 s old at least when they fail.
+        tokio::time::sleep(Duration::from_secs(8)).await;
         put_records(&kinesis, &stream, &young).await;
         let worker = InProcess::start(
             &stream,
             &format!(
                 "ordering: key\nconcurrency: 8\nretry: {{maxAttempts: 3, backoff: 10ms, onExhausted: deadLetter, \
-                 deadLetterStream: {dead}, maxRecordAge: 4s}}\n"
+                 deadLetterStream: {dead}, maxRecordAge: 5s}}\n"
             ),
         );
         let metrics = worker.metrics.clone();

@@ -116,8 +116,13 @@ pub async fn run(
             Arc::new(MemoryLeaseStore::new(settings))
         }
     };
-    // Streams the spec asks to create when missing, ACTIVE before any is read or written.
-    crate::streams::ensure_all(&kinesis_client(&sdk, &spec.aws), spec, Duration::from_secs(120)).await?;
+    // Streams the spec asks to create when missing, ACTIVE before any is read or written; a shutdown
+    // meanwhile ends the run at once (nothing was read yet).
+    let streams_client = kinesis_client(&sdk, &spec.aws);
+    tokio::select! {
+        ensured = crate::streams::ensure_all(&streams_client, spec, Duration::from_secs(120)) => ensured?,
+        _ = shutdown.cancelled() => return Ok(()),
+    }
     let mut kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
     if resolved.mode == ReaderMode::FanOut {
         tracing::info!(consumer = config.consumer_name, "reading with enhanced fan-out");

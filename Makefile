@@ -5,11 +5,11 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: prometheus plots cli test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: moto moto-stop prometheus plots cli test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included).
-test: emulators control-plane faketime prometheus lint test-images node
+test: emulators moto control-plane faketime prometheus lint test-images node
 	$(GROUND)/images.sh check
 	cargo test --workspace --no-fail-fast --features leasehold-operator/real-node
 
@@ -19,6 +19,14 @@ lint:
 
 emulators:
 	$(GROUND)/emulators.sh start
+
+## moto's server mode (PyPI, in a venv in the cache) on loopback: SQS and S3 for the dead-letter
+## destinations' tests (worker/tests/destinations.rs). Never used for lease tables.
+moto:
+	$(GROUND)/moto.sh start
+
+moto-stop:
+	$(GROUND)/moto.sh stop
 
 ## Prometheus and promtool (Debian's package, unpacked into the cache) and the Prometheus Operator's CRDs
 ## (its Go module): the chart's alert unit tests, the live scrape check and the CRD validation.

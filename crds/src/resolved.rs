@@ -80,6 +80,10 @@ pub struct ResolvedSpec {
     pub max_attempts: u32,
     /// `retry.onExhausted`.
     pub on_exhausted: OnExhausted,
+    /// `retry.maxRecordAge` (no limit when absent).
+    pub max_record_age: Option<Duration>,
+    /// `retry.bisect`.
+    pub bisect: bool,
     /// `processor.http.batch.maxRecords`.
     pub http_batch_records: usize,
     /// `lease.scan`.
@@ -99,6 +103,8 @@ impl Default for ResolvedSpec {
             concurrency: defaults::CONCURRENCY,
             max_attempts: defaults::MAX_ATTEMPTS,
             on_exhausted: defaults::ON_EXHAUSTED,
+            max_record_age: None,
+            bisect: false,
             http_batch_records: defaults::HTTP_BATCH_RECORDS,
             lease_scan: defaults::LEASE_SCAN,
             segment_rows: defaults::SEGMENT_ROWS,

@@ -23,6 +23,7 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 #[x_kube(validation = Rule::new("!(has(self.streams) && size(self.streams) > 0 && has(self.streamPattern))").message("give streams or streamPattern, not both").field_path(".streamPattern"))]
 #[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || (has(self.assignment) && size(self.assignment.shards) > 0)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
 #[x_kube(validation = Rule::new("!has(self.streams) || self.streams.all(a, self.streams.filter(b, (has(b.name) ? b.name : b.arn.split('/')[1]) == (has(a.name) ? a.name : a.arn.split('/')[1])).size() == 1)").message("a stream is named twice (by name or by ARN); lease keys are <stream name>:<shardId>, so read same-named streams of two accounts with two consumers").field_path(".streams"))]
+#[x_kube(validation = Rule::new("!has(self.retry) || !has(self.retry.bisect) || !self.retry.bisect || (has(self.processor.http) && has(self.processor.http.batch) && has(self.processor.http.batch.maxRecords) && self.processor.http.batch.maxRecords > 1)").message("retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)").field_path(".retry.bisect"))]
 #[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
 #[kube(
     group = "leasehold.io",
@@ -87,6 +88,10 @@ pub struct StreamConsumerSpec {
     /// What happens when processing a record fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<RetrySpec>,
+    /// Only records matching this filter are processed; the others are checkpointed without being
+    /// processed, and counted (Lambda's FilterCriteria).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<FilterSpec>,
     /// Stream that processors may emit records to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<OutputSpec>,
@@ -118,6 +123,7 @@ fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schem
 /// every Kinesis call passes `StreamARN`, with credentials from the standard AWS chain).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
 #[x_kube(validation = Rule::new("has(self.name) != has(self.arn)").message("set exactly one of name, arn"))]
+#[x_kube(validation = Rule::new("!has(self.createIfMissing) || has(self.name)").message("createIfMissing needs name: a stream is created in the consumer's own account").field_path(".createIfMissing"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StreamSpec {
     /// The stream's name.
@@ -128,6 +134,25 @@ pub struct StreamSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = STREAM_ARN_PATTERN), length(max = 256))]
     pub arn: Option<String>,
+    /// Create the stream when it does not exist (and wait for it to be ACTIVE before reading): with
+    /// `shards: N` (provisioned) or `onDemand: true`. An existing stream is left as it is; Leasehold
+    /// never deletes a stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_if_missing: Option<CreateIfMissing>,
+}
+
+/// The shape of a stream Leasehold creates when it is missing: exactly one of `shards`, `onDemand`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("has(self.shards) != (has(self.onDemand) && self.onDemand)").message("set exactly one of shards, onDemand: true"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CreateIfMissing {
+    /// A provisioned stream with this many shards (1-10000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub shards: Option<i32>,
+    /// An on-demand stream (capacity managed by Kinesis).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_demand: Option<bool>,
 }
 
 /// The form of a stream ARN (the CRD schema and the worker check the same).
@@ -136,7 +161,7 @@ pub const STREAM_ARN_PATTERN: &str = r"^arn:aws[a-zA-Z-]*:kinesis:[a-z0-9-]+:[0-
 impl StreamSpec {
     /// A stream given by name.
     pub fn named(name: impl Into<String>) -> Self {
-        Self { name: Some(name.into()), arn: None }
+        Self { name: Some(name.into()), arn: None, create_if_missing: None }
     }
 
     /// The stream's name: `name`, or the last part of `arn` (empty when neither is set).
@@ -162,6 +187,13 @@ pub struct AwsSpec {
     /// DynamoDB endpoint URL, for emulators or VPC endpoints.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dynamodb_endpoint: Option<String>,
+    /// SQS endpoint URL (for `retry.deadLetterQueue`), for emulators or VPC endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sqs_endpoint: Option<String>,
+    /// S3 endpoint URL (for `retry.deadLetterBucket`), for emulators or VPC endpoints; path-style
+    /// addressing is used when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub s3_endpoint: Option<String>,
 }
 
 /// The lease table.
@@ -436,7 +468,9 @@ pub enum Ordering {
 
 /// Retry policy for failed records.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
-#[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream)").message("deadLetterStream is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
+#[x_kube(validation = Rule::new("!has(self.onExhausted) || self.onExhausted != 'deadLetter' || has(self.deadLetterStream) || has(self.deadLetterQueue) || has(self.deadLetterBucket)").message("deadLetterStream, deadLetterQueue or deadLetterBucket is required with onExhausted deadLetter").field_path(".deadLetterStream"))]
+#[x_kube(validation = Rule::new("!has(self.deadLetterStreamCreateIfMissing) || has(self.deadLetterStream)").message("deadLetterStreamCreateIfMissing needs deadLetterStream").field_path(".deadLetterStreamCreateIfMissing"))]
+#[x_kube(validation = Rule::new("!has(self.maxRecordAge) || (has(self.onExhausted) && self.onExhausted != 'block')").message("maxRecordAge needs an onExhausted that gives a record up (requeue, deadLetter or skip)").field_path(".maxRecordAge"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RetrySpec {
     /// Attempts before `onExhausted` applies (1 or more). Default 5.
@@ -453,6 +487,41 @@ pub struct RetrySpec {
     /// With `onExhausted: deadLetter`: the stream failed records go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_letter_stream: Option<String>,
+    /// Create `deadLetterStream` when it does not exist, with this shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_stream_create_if_missing: Option<CreateIfMissing>,
+    /// With `onExhausted: deadLetter`: the URL of an SQS queue failed records go to, one message per
+    /// record holding the dead-letter JSON document (Lambda's on-failure destination).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^https?://\S+/[0-9]+/[a-zA-Z0-9_-]{1,80}(\.fifo)?$"))]
+    pub dead_letter_queue: Option<String>,
+    /// With `onExhausted: deadLetter`: an S3 bucket failed records go to, one object per record holding
+    /// the dead-letter JSON document, under `<prefix><stream>/<shardId>/<sequenceNumber>.json`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_bucket: Option<DeadLetterBucket>,
+    /// A record that fails when it is older than this (by its arrival time in the stream) is not
+    /// retried: it goes straight to `onExhausted` (Lambda's MaximumRecordAgeInSeconds). Needs an
+    /// `onExhausted` other than `block`. Default: no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub max_record_age: Option<String>,
+    /// With the http processor in batches: a batch failing whole without naming any record (a non-2xx
+    /// answer, no answer in time) is sent again in halves, down to single records, so a poison record
+    /// stops failing its neighbours (Lambda's BisectBatchOnFunctionError). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bisect: Option<bool>,
+}
+
+/// An S3 bucket that receives dead letters.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeadLetterBucket {
+    /// The bucket's name.
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"))]
+    pub name: String,
+    /// Prepended to every object key (for example `dead-letters/`). Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
 }
 
 /// What happens to a record whose attempts are exhausted.
@@ -463,10 +532,32 @@ pub enum OnExhausted {
     Block,
     /// Publish a copy at the stream's tail with its attempt count.
     Requeue,
-    /// Publish to `retry.deadLetterStream` with the error.
+    /// Publish to `retry.deadLetterStream`, `deadLetterQueue` and `deadLetterBucket` (those set) with the
+    /// error.
     DeadLetter,
     /// Skip it (counted and logged).
     Skip,
+}
+
+/// Records to process, in Lambda's filter-pattern grammar.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FilterSpec {
+    /// Patterns over the record seen as `{"partitionKey": "<key>", "data": <its data as JSON>}`; a
+    /// record is processed when one of them matches (1-10). Data that is not JSON matches only
+    /// patterns that do not look inside `data`. The grammar is in docs/worker.md, "Filtering".
+    #[schemars(schema_with = "filter_patterns")]
+    pub patterns: Vec<serde_json::Value>,
+}
+
+fn filter_patterns(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "minItems": 1,
+        "maxItems": 10,
+        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+        "description": "Patterns over the record seen as `{\"partitionKey\": \"<key>\", \"data\": <its data as JSON>}`; a record is processed when one of them matches (1-10). Data that is not JSON matches only patterns that do not look inside `data`. The grammar is in docs/worker.md, \"Filtering\"."
+    })
 }
 
 /// Where processors emit records.
@@ -478,6 +569,9 @@ pub struct OutputSpec {
     /// Fixed partition key for outputs that carry none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition_key: Option<String>,
+    /// Create the output stream when it does not exist, with this shape.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub create_if_missing: Option<CreateIfMissing>,
 }
 
 /// Manual shard assignment.

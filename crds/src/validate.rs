@@ -77,6 +77,33 @@ pub fn valid_stream_arn(arn: &str) -> bool {
     PATTERN.as_ref().is_some_and(|pattern| pattern.is_match(arn))
 }
 
+/// True for an SQS queue URL of the form the CRD schema requires: `http(s)://<host>/<account>/<name>`.
+pub fn valid_queue_url(url: &str) -> bool {
+    static PATTERN: std::sync::LazyLock<Option<regex::Regex>> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"^https?://\S+/[0-9]+/[a-zA-Z0-9_-]{1,80}(\.fifo)?$").ok());
+    PATTERN.as_ref().is_some_and(|pattern| pattern.is_match(url))
+}
+
+/// True for an S3 bucket name: 3-63 of `a-z 0-9 . -`, beginning and ending with a letter or digit.
+pub fn valid_bucket_name(name: &str) -> bool {
+    let edge = |b: Option<&u8>| b.is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    (3..=63).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && edge(name.as_bytes().first())
+        && edge(name.as_bytes().last())
+}
+
+/// Exactly one of `shards` (1-10000), `onDemand: true`.
+fn check_shape(errors: &mut Vec<FieldError>, field: &str, shape: Option<crate::spec::CreateIfMissing>) {
+    let Some(shape) = shape else { return };
+    if shape.shards.is_some() == (shape.on_demand == Some(true)) {
+        errors.push(FieldError::new(field, "set exactly one of shards, onDemand: true"));
+    }
+    if shape.shards.is_some_and(|n| !(1..=10000).contains(&n)) {
+        errors.push(FieldError::new(format!("{field}.shards"), "must be 1 to 10000"));
+    }
+}
+
 /// True for a valid DynamoDB table name: 3-255 of `a-z A-Z 0-9 _ - .`.
 pub fn valid_table_name(name: &str) -> bool {
     valid_aws_name(name, 3..=255)
@@ -212,6 +239,11 @@ impl StreamConsumerSpec {
                 ),
             ));
         }
+        let max_record_age = self
+            .retry
+            .as_ref()
+            .and_then(|r| r.max_record_age.as_ref())
+            .map(|age| duration(&mut errors, "spec.retry.maxRecordAge", Some(age), Duration::from_secs(1)));
         if !errors.is_empty() {
             return Err(errors);
         }
@@ -230,6 +262,8 @@ impl StreamConsumerSpec {
                 .and_then(|n| u32::try_from(n).ok())
                 .unwrap_or(defaults::MAX_ATTEMPTS),
             on_exhausted: retry.and_then(|r| r.on_exhausted).unwrap_or(defaults::ON_EXHAUSTED),
+            max_record_age,
+            bisect: retry.and_then(|r| r.bisect).unwrap_or(false),
             http_batch_records: count(
                 http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records),
                 defaults::HTTP_BATCH_RECORDS,
@@ -252,6 +286,13 @@ impl StreamConsumerSpec {
         }
         let mut seen = HashSet::new();
         for (i, stream) in self.streams.iter().enumerate() {
+            check_shape(errors, &format!("spec.streams[{i}].createIfMissing"), stream.create_if_missing);
+            if stream.create_if_missing.is_some() && stream.name.is_none() {
+                errors.push(FieldError::new(
+                    format!("spec.streams[{i}].createIfMissing"),
+                    "createIfMissing needs name: a stream is created in the consumer's own account",
+                ));
+            }
             match (&stream.name, &stream.arn) {
                 (Some(_), Some(_)) | (None, None) => {
                     errors.push(FieldError::new(format!("spec.streams[{i}]"), "set exactly one of name, arn"));
@@ -381,13 +422,79 @@ impl StreamConsumerSpec {
                 format!("{name:?} is not a Kinesis consumer name (1-128 of a-z, A-Z, 0-9, _, -, .)"),
             ));
         }
+        if let Some(output) = &self.output {
+            check_shape(errors, "spec.output.createIfMissing", output.create_if_missing);
+        }
+        if let Some(filter) = &self.filter {
+            if filter.patterns.is_empty() || filter.patterns.len() > 10 {
+                errors.push(FieldError::new("spec.filter.patterns", "give 1 to 10 patterns"));
+            }
+            for (i, pattern) in filter.patterns.iter().enumerate() {
+                if let Err(e) = crate::filter::Pattern::parse(pattern) {
+                    errors.push(FieldError::new(format!("spec.filter.patterns[{i}]"), e));
+                }
+            }
+        }
         if let Some(retry) = &self.retry {
             if retry.max_attempts.is_some_and(|n| n < 1) {
                 errors.push(FieldError::new("spec.retry.maxAttempts", "must be 1 or more"));
             }
             let dead_letter = retry.on_exhausted == Some(crate::spec::OnExhausted::DeadLetter);
-            if dead_letter && retry.dead_letter_stream.is_none() {
-                errors.push(FieldError::new("spec.retry.deadLetterStream", "required with onExhausted deadLetter"));
+            let destination = retry.dead_letter_stream.is_some()
+                || retry.dead_letter_queue.is_some()
+                || retry.dead_letter_bucket.is_some();
+            if dead_letter && !destination {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterStream",
+                    "deadLetterStream, deadLetterQueue or deadLetterBucket is required with onExhausted deadLetter",
+                ));
+            }
+            if let Some(queue) = &retry.dead_letter_queue
+                && !valid_queue_url(queue)
+            {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterQueue",
+                    format!("{queue:?} is not an SQS queue URL (https://sqs.<region>.amazonaws.com/<account>/<name>)"),
+                ));
+            }
+            if let Some(bucket) = &retry.dead_letter_bucket
+                && !valid_bucket_name(&bucket.name)
+            {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterBucket.name",
+                    format!("{:?} is not an S3 bucket name (3-63 of a-z, 0-9, ., -)", bucket.name),
+                ));
+            }
+            let batched = self
+                .processor
+                .http
+                .as_ref()
+                .and_then(|h| h.batch.as_ref())
+                .and_then(|b| b.max_records)
+                .is_some_and(|n| n > 1);
+            if retry.bisect == Some(true) && !batched {
+                errors.push(FieldError::new(
+                    "spec.retry.bisect",
+                    "retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)",
+                ));
+            }
+            if retry.dead_letter_stream_create_if_missing.is_some() && retry.dead_letter_stream.is_none() {
+                errors.push(FieldError::new(
+                    "spec.retry.deadLetterStreamCreateIfMissing",
+                    "deadLetterStreamCreateIfMissing needs deadLetterStream",
+                ));
+            }
+            check_shape(
+                errors,
+                "spec.retry.deadLetterStreamCreateIfMissing",
+                retry.dead_letter_stream_create_if_missing,
+            );
+            let gives_up = retry.on_exhausted.is_some_and(|p| p != crate::spec::OnExhausted::Block);
+            if retry.max_record_age.is_some() && !gives_up {
+                errors.push(FieldError::new(
+                    "spec.retry.maxRecordAge",
+                    "maxRecordAge needs an onExhausted that gives a record up (requeue, deadLetter or skip)",
+                ));
             }
         }
     }

@@ -65,7 +65,7 @@ async fn http_table(delay: Duration) {
     );
     let rows: &[(usize, usize)] = &[(1, 1), (1, 8), (1, 32), (32, 32), (50, 32), (50, 256)];
     for &(max_records, concurrency) in rows {
-        let batching = HttpBatching { max_records, max_delay: Duration::from_millis(5) };
+        let batching = HttpBatching { max_records, max_delay: Duration::from_millis(5), bisect: false };
         let processor = HttpProcessor::new(&url, Duration::from_secs(5)).expect("processor").with_batching(batching);
         let (rate, p50, p99) = http_run(Arc::new(processor), concurrency).await;
         let batch = if max_records == 1 { "unbatched".to_string() } else { format!("batches of up to {max_records}") };

@@ -33,6 +33,7 @@ pub mod aws;
 mod cli;
 pub mod config;
 mod coordinator;
+pub mod destination;
 mod discovery;
 pub mod dispatch;
 pub mod health;
@@ -43,6 +44,7 @@ pub mod metrics;
 pub mod processor;
 pub mod runtime;
 mod shard;
+pub mod streams;
 
 pub use cli::{main, main_with_processor};
 pub use config::WorkerConfig;

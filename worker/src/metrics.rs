@@ -31,6 +31,14 @@ pub struct Metrics {
     pub records_retried: Counter,
     /// Records whose attempts ran out, by what was done with them (`skip`, `requeue`, `deadLetter`).
     pub records_exhausted: Family<Labels, Counter>,
+    /// Failed records given up at once, without retries, because they were older than
+    /// `retry.maxRecordAge` (each also counted in `records_exhausted` under the policy applied).
+    pub records_aged_out: Counter,
+    /// Records passed over without processing because they do not match `filter` (checkpointed).
+    pub records_filtered: Counter,
+    /// Dead letters an on-failure destination refused or could not take, by destination (`sqs`,
+    /// `s3`); each is retried until it is taken, the record's shard waiting meanwhile.
+    pub dead_letter_failures: Family<Labels, Counter>,
     /// Records being processed right now, over all shards.
     pub records_in_flight: Gauge,
     /// Leases this worker holds.
@@ -84,6 +92,9 @@ impl Default for Metrics {
             records_failed: Counter::default(),
             records_retried: Counter::default(),
             records_exhausted: Family::default(),
+            records_aged_out: Counter::default(),
+            records_filtered: Counter::default(),
+            dead_letter_failures: Family::default(),
             records_in_flight: Gauge::default(),
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
@@ -121,6 +132,21 @@ impl Metrics {
             "records_exhausted",
             "Records whose attempts ran out, by policy applied (skip, requeue, deadLetter)",
             self.records_exhausted.clone(),
+        );
+        self.registry.register(
+            "records_aged_out",
+            "Failed records given up without retries, older than retry.maxRecordAge",
+            self.records_aged_out.clone(),
+        );
+        self.registry.register(
+            "records_filtered",
+            "Records passed over unprocessed because they do not match the filter",
+            self.records_filtered.clone(),
+        );
+        self.registry.register(
+            "dead_letter_failures",
+            "Dead letters an on-failure destination (sqs, s3) did not take; retried, the shard waits",
+            self.dead_letter_failures.clone(),
         );
         self.registry.register("records_in_flight", "Records being processed now", self.records_in_flight.clone());
         self.registry.register("leases_held", "Leases this worker holds", self.leases_held.clone());
@@ -215,6 +241,16 @@ impl Metrics {
     /// How many records `policy` was applied to so far.
     pub fn exhausted_count(&self, policy: &'static str) -> u64 {
         self.records_exhausted.get_or_create(&label("policy", policy)).get()
+    }
+
+    /// Counts a dead letter `destination` did not take.
+    pub fn dead_letter_failed(&self, destination: &'static str) {
+        self.dead_letter_failures.get_or_create(&label("destination", destination)).inc();
+    }
+
+    /// How many dead letters `destination` did not take so far.
+    pub fn dead_letter_failures(&self, destination: &'static str) -> u64 {
+        self.dead_letter_failures.get_or_create(&label("destination", destination)).get()
     }
 
     /// Counts `count` user records skipped for `reason`.

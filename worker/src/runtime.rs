@@ -3,12 +3,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
 
-use crate::aws::{dynamodb_client, kinesis_client, sdk_config};
+use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 use crate::config::WorkerConfig;
 use crate::coordinator::{Coordinator, CoordinatorSettings, ScanMode};
+use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
 use crate::kinesis::{Consumers, Kinesis};
@@ -40,6 +42,12 @@ pub enum RuntimeError {
     /// The http processor's settings are unusable.
     #[error(transparent)]
     Http(#[from] HttpProcessorError),
+    /// A stream of `createIfMissing` could not be created or did not become ACTIVE.
+    #[error(transparent)]
+    Streams(#[from] crate::streams::StreamsError),
+    /// A `filter` pattern is not in the grammar (the spec's validation refuses it first).
+    #[error("spec.filter: {0}")]
+    Filter(leasehold_crds::filter::PatternError),
 }
 
 /// Longest owner id accepted (`--owner-id`, `spec.ownerId`).
@@ -63,8 +71,11 @@ pub fn processors(
         return Ok(Arc::new(shared(StdoutProcessor::new(owner))));
     }
     if let Some(http) = &spec.http {
-        let batching =
-            HttpBatching { max_records: config.resolved.http_batch_records, max_delay: durations.http_batch_max_delay };
+        let batching = HttpBatching {
+            max_records: config.resolved.http_batch_records,
+            max_delay: durations.http_batch_max_delay,
+            bisect: config.resolved.bisect,
+        };
         return Ok(Arc::new(shared(HttpProcessor::new(&http.url, durations.http_timeout)?.with_batching(batching))));
     }
     if let Some(multilang) = &spec.multilang {
@@ -105,6 +116,13 @@ pub async fn run(
             Arc::new(MemoryLeaseStore::new(settings))
         }
     };
+    // Streams the spec asks to create when missing, ACTIVE before any is read or written; a shutdown
+    // meanwhile ends the run at once (nothing was read yet).
+    let streams_client = kinesis_client(&sdk, &spec.aws);
+    tokio::select! {
+        ensured = crate::streams::ensure_all(&streams_client, spec, Duration::from_secs(120)) => ensured?,
+        _ = shutdown.cancelled() => return Ok(()),
+    }
     let mut kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
     if resolved.mode == ReaderMode::FanOut {
         tracing::info!(consumer = config.consumer_name, "reading with enhanced fan-out");
@@ -135,6 +153,21 @@ pub async fn run(
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner)
         .with_stuck_after(durations.graceful_timeout);
+    let mut runner = runner;
+    if let Some(retry) = &spec.retry {
+        if let Some(queue) = &retry.dead_letter_queue {
+            runner = runner.with_destination(Arc::new(SqsDestination::new(sqs_client(&sdk, &spec.aws), queue.clone())));
+        }
+        if let Some(bucket) = &retry.dead_letter_bucket {
+            let prefix = bucket.prefix.clone().unwrap_or_default();
+            let s3 = S3Destination::new(s3_client(&sdk, &spec.aws), bucket.name.clone(), prefix);
+            runner = runner.with_destination(Arc::new(s3));
+        }
+    }
+    let runner = match &spec.filter {
+        Some(filter) => runner.with_filter(RecordFilter::new(&filter.patterns).map_err(RuntimeError::Filter)?),
+        None => runner,
+    };
     let runner = match &spec.output {
         Some(output) => runner.with_output(output.stream.clone(), output.partition_key.clone()),
         None => runner,

@@ -234,10 +234,21 @@ async fn batch_server(answer: Answer) -> (LocalServer, Batches) {
                 let events: Vec<serde_json::Value> = serde_json::from_slice(&body).expect("a JSON array of events");
                 let mut seen = seen.lock().unwrap();
                 let (status, reply) = answer(seen.len(), &events, &seen);
-                let failed = reply["failed"].as_array().into_iter().flatten();
+                let mut failed: Vec<String> = reply["failed"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|f| f["id"].as_str().unwrap().to_string())
+                    .collect();
+                // Lambda's shape names sequence numbers: every event of the batch with that number.
+                for item in reply["batchItemFailures"].as_array().into_iter().flatten() {
+                    let sequence = &item["itemIdentifier"];
+                    let named = events.iter().filter(|e| e["sequencenumber"] == *sequence);
+                    failed.extend(named.map(|e| e["id"].as_str().unwrap().to_string()));
+                }
                 seen.push(SeenBatch {
                     content_type: headers["content-type"].to_str().unwrap().to_string(),
-                    failed: failed.map(|f| f["id"].as_str().unwrap().to_string()).collect(),
+                    failed,
                     events,
                     status,
                 });
@@ -250,8 +261,12 @@ async fn batch_server(answer: Answer) -> (LocalServer, Batches) {
 }
 
 fn batched(server: &LocalServer, max_records: usize) -> Arc<HttpProcessor> {
+    batched_with(server, max_records, Duration::from_millis(50), false)
+}
+
+fn batched_with(server: &LocalServer, max_records: usize, max_delay: Duration, bisect: bool) -> Arc<HttpProcessor> {
     let processor = HttpProcessor::new(&format!("{}/batch", server.endpoint()), Duration::from_secs(2)).unwrap();
-    Arc::new(processor.with_batching(HttpBatching { max_records, max_delay: Duration::from_millis(50) }))
+    Arc::new(processor.with_batching(HttpBatching { max_records, max_delay, bisect }))
 }
 
 fn numbered(n: usize) -> Record {
@@ -494,4 +509,201 @@ async fn a_worker_delivers_a_stream_in_batches_through_a_failing_server_in_key_o
         batches.iter().flat_map(|b| &b.events).any(|e| e["id"] == **id && SeenBatch::data(e) == "key-1:4")
     });
     assert_eq!(refusals.count(), 1, "a refused event is not retried: the policy (skip) applies at once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lambda_batch_item_failures_fail_only_the_records_they_name() {
+    // Lambda's partial batch response: the first time they are answered, records numbered 0, 5, 10, ...
+    // are named by sequence number; every other record is acknowledged the first time.
+    let answer: Answer = Arc::new(|_, events, before| {
+        let answered = |id: &serde_json::Value| {
+            before.iter().filter(|b| b.status.is_success()).any(|b| b.events.iter().any(|e| e["id"] == *id))
+        };
+        let failures: Vec<serde_json::Value> = events
+            .iter()
+            .filter(|e| {
+                let number: usize = SeenBatch::data(e).trim_start_matches("record ").parse().unwrap();
+                number.is_multiple_of(5) && !answered(&e["id"])
+            })
+            .map(|e| serde_json::json!({"itemIdentifier": e["sequencenumber"]}))
+            .collect();
+        (StatusCode::OK, serde_json::json!({ "batchItemFailures": failures }))
+    });
+    let (server, batches) = batch_server(answer).await;
+    let records: Vec<Record> = (0..100).map(numbered).collect();
+    let (results, failures) = deliver(batched(&server, 10), &records, 20).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(failures, 20, "exactly the named records failed, once each");
+    let batches = batches.lock().unwrap().clone();
+    assert!(batches.iter().any(|b| b.events.len() > 1), "sent in batches");
+    let sent = |n: usize| batches.iter().flat_map(|b| b.ids()).filter(|i| *i == id(&records[n])).count();
+    for n in 0..records.len() {
+        assert_eq!(sent(n), if n.is_multiple_of(5) { 2 } else { 1 }, "record {n}");
+    }
+    let counts = acknowledged_counts(&batches);
+    assert_eq!(counts.len(), records.len(), "nothing lost");
+    assert!(counts.values().all(|n| *n == 1), "each record acknowledged exactly once");
+
+    // An identifier naming no record of the batch fails the whole batch, retryable (as Lambda does).
+    let answer: Answer =
+        Arc::new(|_, _, _| (StatusCode::OK, serde_json::json!({"batchItemFailures": [{"itemIdentifier": "nope"}]})));
+    let (server, _) = batch_server(answer).await;
+    let processor = batched(&server, 4);
+    let results = futures::future::join_all(records[..4].iter().map(|r| ack(&processor, r))).await;
+    for result in results {
+        assert!(result.is_err_and(|e| e.retryable && e.message.contains("not in the batch")));
+    }
+}
+
+/// 64 records at once, in one batch of 64; the server answers 500 to every request holding record 37.
+/// Returns every batch seen, each record's result, and how many attempts failed.
+async fn poisoned_batches(bisect: bool) -> (Vec<SeenBatch>, Vec<Result<(), ProcessError>>, usize) {
+    let poison = id(&numbered(37));
+    let answer: Answer = Arc::new(move |_, events, _| {
+        if events.iter().any(|e| e["id"] == poison.as_str()) {
+            (StatusCode::INTERNAL_SERVER_ERROR, serde_json::Value::Null)
+        } else {
+            (StatusCode::OK, serde_json::Value::Null)
+        }
+    });
+    let (server, batches) = batch_server(answer).await;
+    let records: Vec<Record> = (0..64).map(numbered).collect();
+    let (results, failures) =
+        deliver(batched_with(&server, 64, Duration::from_millis(300), bisect), &records, 64).await;
+    let batches = batches.lock().unwrap().clone();
+    assert_eq!(batches[0].events.len(), 64, "the first request carries all 64");
+    (batches, results, failures)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bisect_isolates_a_poison_record_within_log2_rounds() {
+    let (batches, results, _) = poisoned_batches(true).await;
+    let records: Vec<Record> = (0..64).map(numbered).collect();
+    for (n, result) in results.iter().enumerate() {
+        match n {
+            37 => assert!(result.as_ref().is_err_and(|e| e.retryable), "the poison record fails: {result:?}"),
+            _ => assert!(result.is_ok(), "record {n}: {result:?}"),
+        }
+    }
+    // Each of the other 63 is sent in at most log2(64) + 1 = 7 requests (the halves it is in) and
+    // acknowledged exactly once.
+    for record in records.iter().filter(|r| id(r) != id(&records[37])) {
+        let rounds = batches.iter().filter(|b| b.ids().contains(&id(record))).count();
+        assert!((1..=7).contains(&rounds), "{}: {rounds} requests", id(record));
+    }
+    let counts = acknowledged_counts(&batches);
+    assert_eq!(counts.len(), 63);
+    assert!(counts.values().all(|n| *n == 1), "each acknowledged exactly once");
+    // The first attempt's split: 64, then two halves at each of 6 levels (13 requests); after it the
+    // poison record goes alone, once per attempt (20 attempts in `deliver`).
+    let first: Vec<usize> = batches.iter().take(13).map(|b| b.events.len()).collect();
+    assert_eq!(first.iter().filter(|n| **n == 1).count(), 2, "{first:?}");
+    assert_eq!(batches.len(), 13 + 19, "{:?}", batches.iter().map(|b| b.events.len()).collect::<Vec<_>>());
+    assert!(batches[13..].iter().all(|b| b.ids() == vec![id(&records[37])]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_bisect_a_poison_record_fails_the_whole_batch() {
+    // Today's behaviour, kept without `retry.bisect`: every record of a request holding the poison record
+    // fails that attempt and is retried in place; records re-batched with it fail again, so neighbours
+    // may run out of attempts with it.
+    let (batches, results, failures) = poisoned_batches(false).await;
+    assert_eq!(batches[0].status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert!(failures >= 64, "the first answer failed all 64: {failures}");
+    assert!(results[37].as_ref().is_err_and(|e| e.retryable));
+    let counts = acknowledged_counts(&batches);
+    assert!(counts.values().all(|n| *n == 1), "nothing acknowledged twice");
+    assert!(batches.iter().all(|b| !b.status.is_success() || b.events.iter().all(|e| e["id"] != id(&numbered(37)))));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_retries_only_the_batch_item_failures_in_key_order() {
+    // Lambda's answer shape from the sidecar: records numbered 0, 3, 6, 9 are named the first time they
+    // are answered; key-1:4 is named every time (it fails all 5 attempts, then the policy skips it).
+    let answer: Answer = Arc::new(|_, events, before| {
+        let answered = |id: &serde_json::Value| {
+            before.iter().filter(|b| b.status.is_success()).any(|b| b.events.iter().any(|e| e["id"] == *id))
+        };
+        let mut failures = Vec::new();
+        for e in events {
+            let data = SeenBatch::data(e);
+            let number: u64 = data.rsplit(':').next().and_then(|n| n.parse().ok()).unwrap_or(0);
+            if data == "key-1:4" || (number.is_multiple_of(3) && !answered(&e["id"])) {
+                failures.push(serde_json::json!({"itemIdentifier": e["sequencenumber"]}));
+            }
+        }
+        (StatusCode::OK, serde_json::json!({ "batchItemFailures": failures }))
+    });
+    let (server, batches) = batch_server(answer).await;
+    let http = format!("{{url: '{}/batch', timeout: 2s, batch: {{maxRecords: 8, maxDelay: 20ms}}}}", server.endpoint());
+    let acknowledged = || batches.lock().unwrap().iter().map(|b| b.acknowledged().len()).sum::<usize>();
+    let _worker = run_http_worker("http-lambda", &http, 5, acknowledged).await;
+
+    let batches = batches.lock().unwrap().clone();
+    let mut per_key: HashMap<String, Vec<String>> = HashMap::new();
+    for event in batches.iter().flat_map(SeenBatch::acknowledged) {
+        per_key.entry(event["partitionkey"].as_str().unwrap().to_string()).or_default().push(SeenBatch::data(&event));
+    }
+    assert_acknowledged_once_in_key_order(&per_key);
+    assert!(batches.iter().any(|b| b.events.len() > 1), "records went out in batches");
+    let sent = |data: &str| batches.iter().flat_map(|b| &b.events).filter(|e| SeenBatch::data(e) == data).count();
+    for k in 0..8 {
+        for n in 0..10 {
+            let data = format!("key-{k}:{n}");
+            let expected = match (data.as_str(), n % 3) {
+                ("key-1:4", _) => 5,
+                (_, 0) => 2,
+                _ => 1,
+            };
+            assert_eq!(sent(&data), expected, "{data}: only named records are sent again");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_with_bisect_isolates_a_poison_record_which_meets_its_policy() {
+    // One shard, 64 keys, 64 records in flight at once: the first request holds all 64. Every request
+    // holding key-37:0 answers 500.
+    let answer: Answer = Arc::new(|_, events, _| {
+        if events.iter().any(|e| SeenBatch::data(e) == "key-37:0") {
+            (StatusCode::INTERNAL_SERVER_ERROR, serde_json::Value::Null)
+        } else {
+            (StatusCode::OK, serde_json::Value::Null)
+        }
+    });
+    let (server, batches) = batch_server(answer).await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "http-bisect", 1).await;
+    let written = records(64, 0, 1);
+    put_records(&kinesis, &stream, &written).await;
+    let table = leasehold_testkit::unique_name("http-bisect");
+    let http =
+        format!("{{url: '{}/batch', timeout: 2s, batch: {{maxRecords: 64, maxDelay: 500ms}}}}", server.endpoint());
+    let config = config(
+        &stream,
+        Some(&table),
+        "startPosition: TRIM_HORIZON\nordering: key\nconcurrency: 64\n\
+         retry: {maxAttempts: 3, backoff: 10ms, onExhausted: skip, bisect: true}\n",
+    )
+    .replace("processor: {stdout: {}}", &format!("processor: {{http: {http}}}"));
+    let worker = spawn(&config, "http-bisect-1");
+    let acknowledged = || batches.lock().unwrap().iter().map(|b| b.acknowledged().len()).sum::<usize>();
+    wait_for("the 63 others acknowledged", Duration::from_secs(60), || acknowledged() >= 63);
+    wait_for("the poison record skipped", Duration::from_secs(20), || {
+        worker.stderr_text().contains("record skipped after its attempts ran out")
+    });
+    let batches = batches.lock().unwrap().clone();
+    assert_eq!(batches[0].events.len(), 64, "one batch of 64 first");
+    let mut acknowledged: Vec<String> =
+        batches.iter().flat_map(SeenBatch::acknowledged).map(|e| SeenBatch::data(&e)).collect();
+    acknowledged.sort();
+    let mut expected: Vec<String> = (0..64).map(|k| format!("key-{k}:0")).filter(|d| d != "key-37:0").collect();
+    expected.sort();
+    assert_eq!(acknowledged, expected, "the other 63 acknowledged exactly once");
+    for data in &expected {
+        let rounds = batches.iter().filter(|b| b.events.iter().any(|e| SeenBatch::data(e) == *data)).count();
+        assert!(rounds <= 7, "{data}: in {rounds} requests, more than log2(64) + 1");
+    }
+    let alone = batches.iter().filter(|b| b.events.len() == 1 && SeenBatch::data(&b.events[0]) == "key-37:0");
+    assert_eq!(alone.count(), 3, "the poison record failed alone once per attempt (maxAttempts 3), then skip");
 }

@@ -359,3 +359,64 @@ async fn block_case(input: Input) {
     assert_others_once(&flaky, &written);
     assert_eq!(metrics.records_processed.get(), written.len() as u64, "each record processed once");
 }
+
+/// `retry.maxRecordAge`: records written, then eight seconds later more records; with a 5 s limit the
+/// failing records of the first batch are past it when they fail and go to the dead-letter stream
+/// after their one attempt, while the failing records of the second batch are retried up to
+/// `maxAttempts` first.
+#[test]
+fn max_record_age_dead_letters_an_old_failing_record_without_retrying() {
+    run_test(async {
+        let kinesis = leasehold_testkit::kinesis_client().await;
+        let stream = leasehold_testkit::create_stream(&kinesis, "maxage", 1).await;
+        let dead = leasehold_testkit::create_stream(&kinesis, "maxage-dlq", 1).await;
+        let numbered = |keys: std::ops::Range<usize>| -> Vec<(String, Vec<u8>)> {
+            (0..PER_KEY)
+                .flat_map(|n| keys.clone().map(move |k| leasehold_testkit::kinesis::numbered(&format!("key-{k}"), n)))
+                .collect()
+        };
+        let old = numbered(0..3);
+        let young = numbered(3..KEYS);
+        put_records(&kinesis, &stream, &old).await;
+        // The young records have 5 s to be read and fail (a loaded machine included); the old ones are
+        // 8 s old at least when they fail.
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        put_records(&kinesis, &stream, &young).await;
+        let worker = InProcess::start(
+            &stream,
+            &format!(
+                "ordering: key\nconcurrency: 8\nretry: {{maxAttempts: 3, backoff: 10ms, onExhausted: deadLetter, \
+                 deadLetterStream: {dead}, maxRecordAge: 5s}}\n"
+            ),
+        );
+        let metrics = worker.metrics.clone();
+        let total = (old.len() + young.len()) as u64;
+        eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
+            metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= total
+        })
+        .await;
+        let flaky = worker.flaky.clone();
+        worker.stop().await;
+        let written: Vec<_> = old.iter().chain(&young).cloned().collect();
+        assert_others_once(&flaky, &written);
+        assert_eq!(metrics.records_processed.get(), total - KEYS as u64);
+        assert_eq!(metrics.records_aged_out.get(), 3, "the old failing records");
+        assert_eq!(metrics.records_retried.get(), 2 * 2, "two retries for each young failing record");
+        for k in 0..KEYS {
+            let expected = if k < 3 { 1 } else { 3 };
+            assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), expected, "key-{k}");
+        }
+        assert_key_order(&flaky, true);
+        let mut letters: Vec<(String, u64)> = read_stream(&kinesis, &dead)
+            .await
+            .into_iter()
+            .map(|(key, body)| {
+                let letter: serde_json::Value = serde_json::from_slice(&body).expect("JSON dead letter");
+                (key, letter["attempts"].as_u64().expect("attempts"))
+            })
+            .collect();
+        letters.sort();
+        let expected: Vec<(String, u64)> = (0..KEYS).map(|k| (format!("key-{k}"), if k < 3 { 1 } else { 3 })).collect();
+        assert_eq!(letters, expected, "each failing record dead-lettered once");
+    });
+}

@@ -1,11 +1,12 @@
 //! The reconcile of a live StreamConsumer as a pipeline, one stage per module:
-//! [`validate`] -> [`ensure_table`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
+//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
 //! [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
 //! (except the status write itself), so a failure shows as a condition; then the first failure in
 //! stage order is returned, and [`crate::controller::error_policy`] backs off.
 
 pub mod apply;
 pub mod ensure_consumer;
+pub mod ensure_streams;
 pub mod ensure_table;
 pub mod observe;
 pub mod status;
@@ -53,6 +54,8 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     };
     let table = ensure_table::ensure_table(consumer, ctx).await;
     let table_ready = table.as_ref().is_ok_and(|t| t.ready);
+    let streams = ensure_streams::ensure_streams(consumer, ctx).await;
+    let streams_ready = streams.as_ref().is_ok_and(|s| s.ready());
     let stream_consumers = ensure_consumer::ensure_consumer(consumer, ctx).await;
     let consumers_ready = stream_consumers.as_ref().is_ok_and(|c| c.ready);
     let shards = observe::capacity(consumer, ctx).await;
@@ -63,7 +66,7 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let leases = if table_ready { observe::lease_spread(consumer, ctx).await } else { Vec::new() };
     let replicas = build::desired_replicas(&consumer.spec, open_shards);
     // Workers start only once their table can hold leases and their stream consumers are ACTIVE.
-    let workers = if table_ready && consumers_ready {
+    let workers = if table_ready && consumers_ready && streams_ready {
         match build::desired(consumer, replicas, &resolved, &ctx.settings.worker_image) {
             Ok(desired) => apply::apply(consumer, ctx, &desired).await.map(Some),
             Err(error) => Err(Error::Build(error)),
@@ -75,15 +78,21 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         verdicts: Verdicts {
             spec: Verdict::ok("Valid", ""),
             table: verdict(&table, |t| t.verdict.clone()),
-            stream: verdict(&shards, |count| match count {
-                Some(streams) => Verdict::ok("Found", describe(streams)),
-                None => Verdict::ok("Found", "streams chosen by pattern or assignment; not counted"),
-            }),
+            stream: stream_verdict(
+                &streams,
+                verdict(&shards, |count| match count {
+                    Some(streams) => Verdict::ok("Found", describe(streams)),
+                    None => Verdict::ok("Found", "streams chosen by pattern or assignment; not counted"),
+                }),
+            ),
             workers: verdict(&workers, |ready| match ready {
                 Some(ready) if *ready >= replicas => Verdict::ok("Ready", format!("{ready}/{replicas} workers ready")),
                 Some(ready) => Verdict::failed("WorkersNotReady", format!("{ready}/{replicas} workers ready")),
                 None if !table_ready => {
                     Verdict::failed("WaitingForTable", "workers start once the lease table is ACTIVE")
+                }
+                None if !streams_ready => {
+                    Verdict::failed("WaitingForStreams", "workers start once the streams to create are ACTIVE")
                 }
                 None => Verdict::failed("WaitingForConsumer", "workers start once the stream consumers are ACTIVE"),
             }),
@@ -96,10 +105,26 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     };
     write_status(consumer, ctx, &report).await?;
     table?;
+    streams?;
     stream_consumers?;
     shards?;
     workers?;
-    Ok(Action::requeue(if table_ready && consumers_ready { ctx.shards.interval() } else { TABLE_WAIT }))
+    let ready = table_ready && consumers_ready && streams_ready;
+    Ok(Action::requeue(if ready { ctx.shards.interval() } else { TABLE_WAIT }))
+}
+
+/// The `StreamReady` verdict: the streams to create first (`StreamCreating` while one is not ACTIVE),
+/// then the shard counts (`counted`), with `ShapeDiffers` when an existing stream's shape is not the one
+/// `createIfMissing` asks for (it is left as it is).
+fn stream_verdict(streams: &Result<ensure_streams::StreamsReadiness>, counted: Verdict) -> Verdict {
+    match streams {
+        Err(error) => Verdict::from_error(error),
+        Ok(s) if !s.ready() => Verdict::failed("StreamCreating", format!("waiting for {}", s.pending.join(", "))),
+        Ok(s) if !s.differs.is_empty() && counted.ok => {
+            Verdict::ok("ShapeDiffers", format!("{}; left as it is: {}", counted.message, s.differs.join("; ")))
+        }
+        Ok(_) => counted,
+    }
 }
 
 /// The `StreamReady` message: open shards per stream, with the on-demand ones marked.

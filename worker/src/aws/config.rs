@@ -41,3 +41,21 @@ pub fn dynamodb_client(sdk: &aws_config::SdkConfig, aws: &AwsSpec) -> aws_sdk_dy
     }
     aws_sdk_dynamodb::Client::from_conf(config.build())
 }
+
+/// An SQS client, at `aws.sqsEndpoint` when set.
+pub fn sqs_client(sdk: &aws_config::SdkConfig, aws: &AwsSpec) -> aws_sdk_sqs::Client {
+    let mut config = aws_sdk_sqs::config::Builder::from(sdk);
+    if let Some(endpoint) = &aws.sqs_endpoint {
+        config = config.endpoint_url(endpoint);
+    }
+    aws_sdk_sqs::Client::from_conf(config.build())
+}
+
+/// An S3 client, at `aws.s3Endpoint` (path-style addressing) when set.
+pub fn s3_client(sdk: &aws_config::SdkConfig, aws: &AwsSpec) -> aws_sdk_s3::Client {
+    let mut config = aws_sdk_s3::config::Builder::from(sdk);
+    if let Some(endpoint) = &aws.s3_endpoint {
+        config = config.endpoint_url(endpoint).force_path_style(true);
+    }
+    aws_sdk_s3::Client::from_conf(config.build())
+}

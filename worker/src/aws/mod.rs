@@ -5,5 +5,5 @@ mod config;
 pub mod credentials;
 mod fault;
 
-pub use config::{dynamodb_client, kinesis_client, sdk_config};
+pub use config::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 pub use fault::{Fault, classify};

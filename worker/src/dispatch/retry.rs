@@ -7,11 +7,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use base64::Engine;
 use bytes::Bytes;
+use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{OnExhausted, ResolvedSpec};
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
 use super::requeue::{self, History};
+use crate::destination::Destination;
 use crate::metrics::Metrics;
 use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
 
@@ -31,6 +33,8 @@ pub struct RetryPolicy {
     /// How many times one record may be put back at the tail; past that it goes to the dead-letter
     /// stream if one is set, else it is skipped (logged and counted).
     pub max_requeues: u32,
+    /// A record failing when older than this (by its arrival time) is not retried (`retry.maxRecordAge`).
+    pub max_record_age: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -49,6 +53,7 @@ impl RetryPolicy {
             on_exhausted: spec.on_exhausted,
             dead_letter_stream,
             max_requeues: 3,
+            max_record_age: spec.max_record_age,
         }
     }
 }
@@ -71,6 +76,8 @@ pub enum Outcome {
     Requeued,
     /// Attempts ran out; sent to the dead-letter stream.
     DeadLettered,
+    /// The record does not match the consumer's `filter`: not processed, counted, and done.
+    Filtered,
     /// A graceful stop came while the record waited for a retry: it is not done and will be delivered
     /// again by the shard's next reader.
     Abandoned,
@@ -114,6 +121,8 @@ pub struct Runner {
     metrics: Arc<Metrics>,
     owner: String,
     stuck_after: Duration,
+    filter: Option<RecordFilter>,
+    destinations: Vec<Arc<dyn Destination>>,
 }
 
 impl std::fmt::Debug for Runner {
@@ -142,6 +151,8 @@ impl Runner {
             metrics,
             owner: String::new(),
             stuck_after,
+            filter: None,
+            destinations: Vec::new(),
         }
     }
 
@@ -175,6 +186,18 @@ impl Runner {
         self
     }
 
+    /// Processes only records matching `filter`; the others end [`Outcome::Filtered`] at once.
+    pub fn with_filter(mut self, filter: RecordFilter) -> Self {
+        self.filter = Some(filter);
+        self
+    }
+
+    /// Sends dead letters to `destination` too (after the dead-letter stream, if one is set).
+    pub fn with_destination(mut self, destination: Arc<dyn Destination>) -> Self {
+        self.destinations.push(destination);
+        self
+    }
+
     /// The metrics it counts into.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics
@@ -193,6 +216,13 @@ impl Runner {
             }
             None => (record, History::default()),
         };
+        if let Some(filter) = &self.filter
+            && !filter.matches(&record.partition_key, &record.data)
+        {
+            self.metrics.records_filtered.inc();
+            tracing::trace!(shard = %record.shard_id, sequence = %record.sequence_number, "record filtered out");
+            return Outcome::Filtered;
+        }
         let mut attempt = 0u32;
         let mut delay = self.policy.backoff;
         loop {
@@ -213,7 +243,14 @@ impl Runner {
                 Err(error) => error,
             };
             self.metrics.records_failed.inc();
-            let exhausted = attempt >= self.policy.max_attempts || !error.retryable;
+            let too_old = self.too_old(record);
+            if too_old && self.policy.on_exhausted != OnExhausted::Block {
+                self.metrics.records_aged_out.inc();
+                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number, attempt,
+                    max_record_age = ?self.policy.max_record_age, error = %error,
+                    "record older than retry.maxRecordAge failed; not retried");
+            }
+            let exhausted = attempt >= self.policy.max_attempts || !error.retryable || too_old;
             if exhausted && self.policy.on_exhausted != OnExhausted::Block {
                 let history = History { requeues: history.requeues, attempts: history.attempts + attempt };
                 return self.dispose(record, history, &error, stop).await;
@@ -231,6 +268,16 @@ impl Runner {
             delay = (delay * 2).min(self.policy.max_backoff);
             self.metrics.records_retried.inc();
         }
+    }
+
+    /// True when `record` arrived longer than `retry.maxRecordAge` ago (never when either is unknown).
+    fn too_old(&self, record: &Record) -> bool {
+        let (Some(limit), Some(arrival)) = (self.policy.max_record_age, record.arrival_ms) else { return false };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let limit = i64::try_from(limit.as_millis()).unwrap_or(i64::MAX);
+        now.saturating_sub(arrival) > limit
     }
 
     /// Publishes a processed record's outputs to `output.stream`, in order: true once all are out (or
@@ -261,13 +308,18 @@ impl Runner {
     ) -> Outcome {
         let policy = match self.policy.on_exhausted {
             OnExhausted::Requeue if history.requeues >= self.policy.max_requeues => {
-                let (fallback, name) = match self.policy.dead_letter_stream {
-                    Some(_) => (OnExhausted::DeadLetter, "deadLetter"),
-                    None => (OnExhausted::Skip, "skip"),
+                let (fallback, name) = match self.policy.dead_letter_stream.is_some() || !self.destinations.is_empty() {
+                    true => (OnExhausted::DeadLetter, "deadLetter"),
+                    false => (OnExhausted::Skip, "skip"),
                 };
                 tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
                     requeues = history.requeues, fallback = name, "requeue limit reached");
                 fallback
+            }
+            OnExhausted::DeadLetter if self.policy.dead_letter_stream.is_none() && self.destinations.is_empty() => {
+                tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
+                    "onExhausted deadLetter names no destination; skipping the record");
+                OnExhausted::Skip
             }
             policy => policy,
         };
@@ -292,7 +344,6 @@ impl Runner {
                 Outcome::Requeued
             }
             OnExhausted::DeadLetter => {
-                let stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default();
                 let letter = DeadLetter {
                     stream: &record.stream,
                     shard_id: &record.shard_id,
@@ -311,15 +362,50 @@ impl Runner {
                     Ok(data) => Bytes::from(data),
                     Err(e) => Bytes::from(format!("{{\"error\":\"cannot encode dead letter: {e}\"}}")),
                 };
-                if !self.publish(stream, &record.partition_key, data, stop).await {
+                if let Some(stream) = &self.policy.dead_letter_stream
+                    && !self.publish(stream, &record.partition_key, data.clone(), stop).await
+                {
                     return Outcome::Abandoned;
+                }
+                for destination in &self.destinations {
+                    if !self.deliver(destination.as_ref(), record, &data, stop).await {
+                        return Outcome::Abandoned;
+                    }
                 }
                 self.metrics.exhausted("deadLetter");
                 tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
-                    partition_key = %record.partition_key, attempts = history.attempts, dead_letter_stream = stream,
-                    error = %error, "record sent to the dead-letter stream");
+                    partition_key = %record.partition_key, attempts = history.attempts,
+                    dead_letter_stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default(),
+                    destinations = self.destinations.len(), error = %error, "record sent to the dead-letter stream");
                 Outcome::DeadLettered
             }
+        }
+    }
+
+    /// Sends a dead letter to `destination` until it is taken (never dropping it: the record's shard
+    /// waits, counted and logged); false if a graceful stop came first.
+    async fn deliver(
+        &self,
+        destination: &dyn Destination,
+        record: &Record,
+        letter: &Bytes,
+        stop: &CancellationToken,
+    ) -> bool {
+        let mut delay = self.policy.backoff.min(Duration::from_secs(1));
+        loop {
+            match destination.send(record, letter).await {
+                Ok(()) => return true,
+                Err(e) => {
+                    self.metrics.dead_letter_failed(destination.kind());
+                    tracing::error!(destination = destination.kind(), target = %destination.target(),
+                        shard = %record.shard_id, sequence = %record.sequence_number, error = %e, ?delay,
+                        "cannot send the dead letter to its destination; retrying, the record waits");
+                }
+            }
+            if !pause(delay, stop).await {
+                return false;
+            }
+            delay = (delay * 2).min(self.policy.max_backoff);
         }
     }
 

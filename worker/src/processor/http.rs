@@ -49,6 +49,13 @@
 //! again). A 2xx body that is not a JSON object acknowledges all with no outputs; a JSON answer that
 //! cannot be read (an entry naming no event of the batch, an output without base64 `data`) fails
 //! every record of the batch permanently.
+//!
+//! Lambda's partial batch response, `{"batchItemFailures": [{"itemIdentifier": "<sequenceNumber>"}]}`,
+//! is read as well: the records with that sequence number (or CloudEvent id) failed, retryable; an
+//! entry naming no record of the batch fails the whole batch, retryable, as Lambda does.
+//!
+//! With [`HttpBatching::bisect`], a batch failing whole (a non-2xx answer or no answer in time, not a
+//! transport error) is sent again as two halves, recursively, so a record fails only alone.
 
 mod batch;
 
@@ -104,16 +111,28 @@ impl Endpoint {
     /// Sends `request` and reads the whole answer, within the timeout. Transport failures and the
     /// timeout are retryable errors.
     async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), ProcessError> {
+        self.try_exchange(request).await.map_err(|failed| match failed {
+            Unanswered::Transport(error) | Unanswered::TimedOut(error) => error,
+        })
+    }
+
+    /// [`exchange`](Self::exchange), telling a request that got no answer in time (the receiver may
+    /// have choked on it) from one that never reached the receiver.
+    async fn try_exchange(&self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), Unanswered> {
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| ProcessError::retryable(format!("{e:?}")))?;
+            let response = self
+                .client
+                .request(request)
+                .await
+                .map_err(|e| Unanswered::Transport(ProcessError::retryable(format!("{e:?}"))))?;
             let status = response.status();
             // Reading the answer to its end lets the connection be reused.
             let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            Ok::<_, ProcessError>((status, body))
+            Ok((status, body))
         };
-        tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| ProcessError::retryable(format!("no answer within {:?}", self.timeout)))?
+        tokio::time::timeout(self.timeout, exchange).await.map_err(|_| {
+            Unanswered::TimedOut(ProcessError::retryable(format!("no answer within {:?}", self.timeout)))
+        })?
     }
 
     /// The error for a non-2xx answer: permanent for the 4xx that reject the request, else retryable.
@@ -122,6 +141,15 @@ impl Endpoint {
         let message = format!("{} answered {status}: {text}", self.url);
         if rejects_record(status) { ProcessError::permanent(message) } else { ProcessError::retryable(message) }
     }
+}
+
+/// Why an exchange brought no answer.
+#[derive(Debug)]
+enum Unanswered {
+    /// The request did not reach the receiver, or its answer was cut (connection refused or reset).
+    Transport(ProcessError),
+    /// No answer within the timeout.
+    TimedOut(ProcessError),
 }
 
 impl HttpProcessor {

@@ -125,3 +125,30 @@ async fn a_permanent_error_skips_the_retries_but_block_keeps_trying() {
     assert_eq!(block.run(&record(Bytes::from_static(b"x")), &stopped).await, Outcome::Abandoned);
     assert_eq!(block.metrics().records_in_flight.get(), 0, "the gauge follows dropped runs");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_record_older_than_max_record_age_is_not_retried() {
+    let stop = CancellationToken::new();
+    let (bound, failing, sink) = runner(OnExhausted::DeadLetter, true);
+    let Bound(runner, processor) = bound;
+    let policy = RetryPolicy { max_record_age: Some(Duration::from_secs(60)), ..runner.policy.clone() };
+    let aged = Bound(runner.with_policy(policy), processor);
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    // Arrived two minutes ago: one attempt, then straight to the dead-letter stream.
+    let old = Record { arrival_ms: Some(now_ms - 120_000), ..record(Bytes::from_static(b"old")) };
+    assert_eq!(aged.run(&old, &stop).await, Outcome::DeadLettered);
+    assert_eq!(failing.attempts.load(Ordering::SeqCst), 1, "no retry");
+    assert_eq!(aged.metrics().records_aged_out.get(), 1);
+    assert_eq!(aged.metrics().records_retried.get(), 0);
+    let letter: serde_json::Value = serde_json::from_slice(&sink.0.lock().unwrap()[0].2).unwrap();
+    assert_eq!(letter["attempts"], 1);
+    // Arrived just now: retried up to maxAttempts as usual.
+    let young = Record { arrival_ms: Some(now_ms), ..record(Bytes::from_static(b"young")) };
+    assert_eq!(aged.run(&young, &stop).await, Outcome::DeadLettered);
+    assert_eq!(failing.attempts.load(Ordering::SeqCst), 1 + 3);
+    assert_eq!(aged.metrics().records_aged_out.get(), 1);
+    // Unknown arrival time: never too old.
+    let unknown = Record { arrival_ms: None, ..record(Bytes::from_static(b"unknown")) };
+    assert_eq!(aged.run(&unknown, &stop).await, Outcome::DeadLettered);
+    assert_eq!(failing.attempts.load(Ordering::SeqCst), 1 + 3 + 3);
+}

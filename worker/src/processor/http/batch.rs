@@ -14,7 +14,9 @@ use http_body_util::Full;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{EVENT_TYPE, Endpoint, attributes, event_id, event_source, event_time, parse_output};
+use futures::future::BoxFuture;
+
+use super::{EVENT_TYPE, Endpoint, Unanswered, attributes, event_id, event_source, event_time, parse_output};
 use crate::processor::{Output, ProcessError, Record};
 
 /// The content type of a batch (CloudEvents HTTP batched mode).
@@ -27,6 +29,10 @@ pub struct HttpBatching {
     pub max_records: usize,
     /// How long the first record of a batch waits for more before the batch is sent anyway.
     pub max_delay: Duration,
+    /// A batch failing whole without naming any record (a non-2xx answer, no answer in time) is sent
+    /// again in halves, down to single records, so only the records that fail alone fail
+    /// (`retry.bisect`, Lambda's BisectBatchOnFunctionError).
+    pub bisect: bool,
 }
 
 /// What one record of a batch gets back: its outputs, or why it failed.
@@ -97,27 +103,46 @@ async fn flush(mut queue: mpsc::UnboundedReceiver<Pending>, batching: HttpBatchi
         // record processed: leave it out rather than start it late.
         batch.retain(|pending| !pending.answer.is_closed());
         if !batch.is_empty() {
-            tokio::spawn(send(endpoint.clone(), batch));
+            tokio::spawn(send(endpoint.clone(), batch, batching.bisect));
         }
     }
 }
 
 /// POSTs one batch and hands each record its outcome.
-async fn send(endpoint: Endpoint, batch: Vec<Pending>) {
+async fn send(endpoint: Endpoint, batch: Vec<Pending>, bisect: bool) {
     let (records, answers): (Vec<Record>, Vec<oneshot::Sender<Outcome>>) =
         batch.into_iter().map(|pending| (pending.record, pending.answer)).unzip();
-    let outcomes = match request(&endpoint, &records) {
-        Ok(request) => match endpoint.exchange(request).await {
-            Ok((status, body)) if status.is_success() => outcomes(&body, &records),
-            Ok((status, body)) => vec![Err(endpoint.failure(status, &body)); records.len()],
-            Err(error) => vec![Err(error); records.len()],
-        },
-        Err(error) => vec![Err(error); records.len()],
-    };
+    let outcomes = exchange(&endpoint, &records, bisect).await;
     for (answer, outcome) in answers.into_iter().zip(outcomes) {
         // The caller may have stopped waiting meanwhile; its record is simply not counted as done.
         let _ = answer.send(outcome);
     }
+}
+
+/// Each record's outcome from one POST of `records`; with `bisect`, a batch of several records
+/// failing whole (answered non-2xx, or not answered in time) is sent again as two halves at once,
+/// recursively, so a record fails only in a request that failed with it alone. A request that never
+/// reached the receiver (connection refused) blames no record and is not split.
+fn exchange<'a>(endpoint: &'a Endpoint, records: &'a [Record], bisect: bool) -> BoxFuture<'a, Vec<Outcome>> {
+    Box::pin(async move {
+        let request = match request(endpoint, records) {
+            Ok(request) => request,
+            Err(error) => return vec![Err(error); records.len()],
+        };
+        let (error, blames_records) = match endpoint.try_exchange(request).await {
+            Ok((status, body)) if status.is_success() => return outcomes(&body, records),
+            Ok((status, body)) => (endpoint.failure(status, &body), true),
+            Err(Unanswered::TimedOut(error)) => (error, true),
+            Err(Unanswered::Transport(error)) => (error, false),
+        };
+        if bisect && blames_records && records.len() > 1 {
+            tracing::debug!(records = records.len(), error = %error, "batch failed whole; sending it again in halves");
+            let (left, right) = records.split_at(records.len() / 2);
+            let (left, right) = futures::join!(exchange(endpoint, left, true), exchange(endpoint, right, true));
+            return left.into_iter().chain(right).collect();
+        }
+        vec![Err(error); records.len()]
+    })
 }
 
 /// The request carrying `records` in CloudEvents batched mode.
@@ -174,6 +199,30 @@ fn read_answer(body: &[u8], records: &[Record]) -> Result<Vec<Outcome>, ProcessE
         for i in events().named_by(item)? {
             let error = format!("event {} failed in its batch: {message}", event_id(&records[i]));
             outcomes[i] = Err(if retryable { ProcessError::retryable(error) } else { ProcessError::permanent(error) });
+        }
+    }
+    for item in list(&answer, "batchItemFailures")? {
+        // Lambda's partial batch response: an entry without a usable identifier, or naming no record of
+        // the batch, fails the whole batch (retryable), as Lambda treats it.
+        let id = item.get("itemIdentifier").and_then(Value::as_str).filter(|id| !id.is_empty()).ok_or_else(|| {
+            ProcessError::retryable("an entry of batchItemFailures has no itemIdentifier: the whole batch failed")
+        })?;
+        let named: Vec<usize> = records
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.sequence_number == id || event_id(r) == id)
+            .map(|(i, _)| i)
+            .collect();
+        if named.is_empty() {
+            return Err(ProcessError::retryable(format!(
+                "batchItemFailures names {id:?}, which is not in the batch: the whole batch failed"
+            )));
+        }
+        for i in named {
+            outcomes[i] = Err(ProcessError::retryable(format!(
+                "event {} failed in its batch (batchItemFailures)",
+                event_id(&records[i])
+            )));
         }
     }
     Ok(outcomes)

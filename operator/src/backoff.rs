@@ -1,6 +1,13 @@
 //! Backoff of failed reconciles, per object: the first retry after 2 s, doubling to 5 min, with ±20 %
 //! jitter so many failing objects spread out; reset by a successful reconcile. A failure is announced
 //! (Warning event, warn log) only the first time and when it changes, not on every retry.
+//!
+//! Written here rather than with `backon` (which the worker's readers use) on purpose: a reconcile is a
+//! stateless call, so the delay is a function of the object's failure count kept in a map between
+//! calls, where `backon` gives an iterator that would have to be stored per object only to call
+//! `next()`; and the jitter is symmetric (±20 %, so many failing objects spread both ways around the
+//! nominal delay) with the random unit injected, so the delays are unit-tested exactly, where `backon`'s
+//! is additive only and draws from its own generator. The arithmetic is a few lines.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

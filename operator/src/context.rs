@@ -3,8 +3,9 @@
 
 use std::time::Duration;
 
-use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+use leasehold_crds::StreamConsumer;
 
 use crate::aws::ClientCache;
 use crate::backoff::Failures;
@@ -56,6 +57,17 @@ impl Context {
             metrics,
             failures: Failures::default(),
             readiness: Readiness::default(),
+        }
+    }
+}
+
+impl Context {
+    /// Publishes an event on `consumer` (best effort: a failure is logged at debug and dropped).
+    pub async fn publish(&self, consumer: &StreamConsumer, type_: EventType, reason: &str, note: String) {
+        let event =
+            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        if let Err(e) = self.recorder.publish(&event, &consumer.object_ref(&())).await {
+            tracing::debug!(error = %e, "event not published");
         }
     }
 }

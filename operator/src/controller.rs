@@ -10,10 +10,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::DeleteParams;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalized, finalizer};
 use kube::runtime::watcher;
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use leasehold_crds::{DeletionPolicy, StreamConsumer};
 use tokio_util::sync::CancellationToken;
 
@@ -71,15 +71,6 @@ fn streak_key(consumer: &StreamConsumer) -> String {
     consumer.uid().unwrap_or_else(|| format!("{}/{}", consumer.namespace().unwrap_or_default(), consumer.name_any()))
 }
 
-/// The table's owner: the resource's namespace, name and UID.
-pub(crate) fn owner(consumer: &StreamConsumer) -> Result<Owner> {
-    Ok(Owner {
-        namespace: consumer.namespace().ok_or(Error::MissingMeta)?,
-        name: consumer.name_any(),
-        uid: consumer.uid().ok_or(Error::MissingMeta)?,
-    })
-}
-
 /// One reconcile of one StreamConsumer; a success ends its failure streak.
 pub async fn reconcile(consumer: Arc<StreamConsumer>, ctx: Arc<Context>) -> Result<Action> {
     ctx.metrics.reconciles.inc();
@@ -115,7 +106,7 @@ pub fn error_policy(consumer: Arc<StreamConsumer>, error: &Error, ctx: Arc<Conte
         tracing::warn!(consumer = %name, kind, error = %error, "reconcile failed; retrying with backoff");
         let (reason, note) = (error.reason(), error.message());
         let ctx = ctx.clone();
-        tokio::spawn(async move { publish(&ctx, &consumer, EventType::Warning, reason, note).await });
+        tokio::spawn(async move { ctx.publish(&consumer, EventType::Warning, reason, note).await });
     } else {
         tracing::debug!(consumer = %name, kind, failures = retry.failures, delay = ?retry.delay, error = %error, "reconcile failed again");
     }
@@ -123,14 +114,6 @@ pub fn error_policy(consumer: Arc<StreamConsumer>, error: &Error, ctx: Arc<Conte
         Error::InvalidSpec(_) => Action::await_change(),
         Error::StreamNotFound(_) | Error::Stream(_) => Action::requeue(retry.delay.min(ctx.shards.interval())),
         _ => Action::requeue(retry.delay),
-    }
-}
-
-/// Publishes an event on `consumer` (best effort: events are informative).
-pub(crate) async fn publish(ctx: &Context, consumer: &StreamConsumer, type_: EventType, reason: &str, note: String) {
-    let event = Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
-    if let Err(e) = ctx.recorder.publish(&event, &consumer.object_ref(&())).await {
-        tracing::debug!(error = %e, "event not published");
     }
 }
 
@@ -145,14 +128,14 @@ async fn cleanup(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         }
         DeletionPolicy::Delete => {
             let clients = ctx.aws.get(&consumer.spec.aws).await;
-            match table::delete_if_ours(&clients.dynamodb, &spec.name, &owner(consumer)?).await? {
+            match table::delete_if_ours(&clients.dynamodb, &spec.name, &Owner::of(consumer)?).await? {
                 Deletion::Deleted => {
                     let note = format!("deleted lease table {}", spec.name);
-                    publish(ctx, consumer, EventType::Normal, "TableDeleted", note).await
+                    ctx.publish(consumer, EventType::Normal, "TableDeleted", note).await
                 }
                 Deletion::KeptNotOurs => {
                     let note = format!("lease table {} kept: its tags do not show this resource created it", spec.name);
-                    publish(ctx, consumer, EventType::Warning, "TableKept", note).await
+                    ctx.publish(consumer, EventType::Warning, "TableKept", note).await
                 }
                 Deletion::Missing => {}
             }
@@ -182,7 +165,7 @@ async fn release_stream_consumers(consumer: &StreamConsumer, ctx: &Context) -> R
         if stream_consumers::deregister(&clients.kinesis, &arn).await? == Deregistration::Deregistered {
             tracing::info!(consumer = %consumer.name_any(), arn, "stream consumer deregistered");
             let note = format!("deregistered stream consumer {arn}");
-            publish(ctx, consumer, EventType::Normal, "StreamConsumerDeregistered", note).await;
+            ctx.publish(consumer, EventType::Normal, "StreamConsumerDeregistered", note).await;
         }
     }
     Ok(())
@@ -212,6 +195,6 @@ async fn stop_workers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
     let note = format!(
         "workers ({name}) not stopped after {WORKERS_STOP_WAIT:?}; deregistering their stream consumers anyway"
     );
-    publish(ctx, consumer, EventType::Warning, "WorkersStillRunning", note).await;
+    ctx.publish(consumer, EventType::Warning, "WorkersStillRunning", note).await;
     Ok(())
 }

@@ -4,7 +4,8 @@
 
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::TableStatus;
-use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec};
+use kube::ResourceExt;
+use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec, StreamConsumer};
 use leasehold_worker::lease::{TableBilling, create_table};
 
 use crate::error::{Error, Result};
@@ -28,6 +29,15 @@ pub struct Owner {
 }
 
 impl Owner {
+    /// The StreamConsumer `consumer` as a table's owner (its namespace, name and UID).
+    pub fn of(consumer: &StreamConsumer) -> Result<Self> {
+        Ok(Self {
+            namespace: consumer.namespace().ok_or(Error::MissingMeta)?,
+            name: consumer.name_any(),
+            uid: consumer.uid().ok_or(Error::MissingMeta)?,
+        })
+    }
+
     fn tags(&self) -> Vec<(String, String)> {
         [(TAG_NAMESPACE, &self.namespace), (TAG_NAME, &self.name), (TAG_UID, &self.uid)]
             .into_iter()

@@ -10,7 +10,6 @@ use leasehold_crds::StreamConsumer;
 use crate::FIELD_MANAGER;
 use crate::build::Desired;
 use crate::context::Context;
-use crate::controller::publish;
 use crate::error::{Error, Result};
 
 /// Applies `desired`; returns the ready replicas the Deployment reports.
@@ -32,7 +31,7 @@ pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired) 
         && before != desired.replicas
     {
         let note = format!("workers scaled from {before} to {}", desired.replicas);
-        publish(ctx, consumer, EventType::Normal, "Scaled", note).await;
+        ctx.publish(consumer, EventType::Normal, "Scaled", note).await;
     }
     Ok(applied.status.and_then(|s| s.ready_replicas).unwrap_or(0))
 }

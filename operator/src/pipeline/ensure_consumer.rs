@@ -9,7 +9,6 @@ use leasehold_crds::{ReaderMode, StreamConsumer};
 
 use crate::conditions::Verdict;
 use crate::context::Context;
-use crate::controller::publish;
 use crate::error::{Error, Result};
 use crate::stream_consumers::{self, ConsumerState};
 
@@ -54,7 +53,7 @@ pub async fn ensure_consumer(consumer: &StreamConsumer, ctx: &Context) -> Result
             stream_consumers::record(&ctx.client, consumer, &ensured.arn).await?;
             tracing::info!(consumer = %consumer.name_any(), stream = stream_name, arn = ensured.arn, "stream consumer registered");
             let note = format!("registered stream consumer {name} on {stream_name}");
-            publish(ctx, consumer, EventType::Normal, "StreamConsumerRegistered", note).await;
+            ctx.publish(consumer, EventType::Normal, "StreamConsumerRegistered", note).await;
         }
         match ensured.state {
             ConsumerState::Active => {}

@@ -9,7 +9,6 @@ use leasehold_crds::StreamConsumer;
 use leasehold_worker::streams::{self, StreamState};
 
 use crate::context::Context;
-use crate::controller::publish;
 use crate::error::{Error, Result};
 
 /// Where the streams to create stand.
@@ -46,7 +45,7 @@ pub async fn ensure_streams(consumer: &StreamConsumer, ctx: &Context) -> Result<
                 None => "on demand".to_string(),
             };
             let note = format!("created stream {} ({shape})", stream.name);
-            publish(ctx, consumer, EventType::Normal, "StreamCreated", note).await;
+            ctx.publish(consumer, EventType::Normal, "StreamCreated", note).await;
         }
         match state {
             StreamState::Active { differs: None } => {}

@@ -8,9 +8,8 @@ use leasehold_crds::StreamConsumer;
 use crate::build;
 use crate::conditions::Verdict;
 use crate::context::Context;
-use crate::controller::{owner, publish};
 use crate::error::Result;
-use crate::table::{self, TableState};
+use crate::table::{self, Owner, TableState};
 
 /// Where the table stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,10 +32,10 @@ pub async fn ensure_table(consumer: &StreamConsumer, ctx: &Context) -> Result<Ta
         return Ok(TableReadiness { verdict: Verdict::ok("InMemory", message), ready: true });
     };
     let clients = ctx.aws.get(&consumer.spec.aws).await;
-    let (state, created) = table::ensure(&clients.dynamodb, spec, &owner(consumer)?).await?;
+    let (state, created) = table::ensure(&clients.dynamodb, spec, &Owner::of(consumer)?).await?;
     if created {
         tracing::info!(consumer = %consumer.name_any(), table = spec.name, "lease table created");
-        publish(ctx, consumer, EventType::Normal, "TableCreated", format!("created lease table {}", spec.name)).await;
+        ctx.publish(consumer, EventType::Normal, "TableCreated", format!("created lease table {}", spec.name)).await;
     }
     Ok(match state {
         TableState::Active => TableReadiness {

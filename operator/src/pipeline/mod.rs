@@ -2,7 +2,7 @@
 //! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
 //! [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
 //! (except the status write itself), so a failure shows as a condition; then the first failure in
-//! stage order is returned, and [`crate::controller::error_policy`] backs off.
+//! stage order is returned, and the controller's `error_policy` backs off.
 
 pub mod apply;
 pub mod ensure_consumer;

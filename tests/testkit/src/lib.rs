@@ -9,6 +9,7 @@ pub mod fanout;
 mod fault;
 pub mod kinesis;
 pub mod kpl;
+pub mod modules;
 pub mod nemesis;
 pub mod process;
 pub mod proxy;

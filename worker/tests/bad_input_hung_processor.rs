@@ -6,6 +6,7 @@
 
 mod common;
 
+use leasehold_testkit::process::eventually;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -32,14 +33,6 @@ impl ShardProcessor for Hanging {
         }
         self.done.lock().unwrap().push(data);
         Ok(())
-    }
-}
-
-async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

@@ -6,6 +6,7 @@
 
 mod common;
 
+use leasehold_testkit::process::eventually;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -110,14 +111,6 @@ async fn start(prefix: &str, moto: &str, retry: &str) -> Running {
         shutdown.clone(),
     ));
     Running { flaky, metrics, shutdown, task, stream, written: written.len() }
-}
-
-async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let started = std::time::Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Every message on the queue, read until it stays empty.

@@ -5,6 +5,7 @@
 
 mod common;
 
+use leasehold_testkit::process::eventually;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -93,14 +94,6 @@ fn start(
         shutdown.clone(),
     ));
     (shutdown, tokio::spawn(async move { task.await.expect("runtime task").expect("runtime") }))
-}
-
-async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 const TIMING: &str = "lease: {duration: 2s, renewInterval: 500ms, scanInterval: 250ms, shardSyncInterval: 1s, \

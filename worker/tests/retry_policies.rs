@@ -5,6 +5,7 @@
 
 mod common;
 
+use leasehold_testkit::process::eventually;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -92,17 +93,6 @@ impl InProcess {
         self.shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(20), self.task).await.expect("stops").expect("runtime task");
     }
-}
-
-async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
-    let started = std::time::Instant::now();
-    while started.elapsed() < timeout {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("timed out after {timeout:?} waiting for {what}");
 }
 
 /// Every record on `stream`'s first shard: (partition key, data).

@@ -255,6 +255,19 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
+/// [`wait_for`] for a test whose own runtime does the work (a worker in the test's process): checks
+/// every 50 ms without blocking the thread, or panics with `what` after `timeout`.
+pub async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+    let started = Instant::now();
+    while started.elapsed() < timeout {
+        if condition() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("timed out after {timeout:?} waiting for {what}");
+}
+
 /// Waits until `condition` holds, checking every 100 ms, or panics with `what` after `timeout`.
 pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
     let started = Instant::now();

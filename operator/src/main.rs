@@ -13,6 +13,7 @@ use leasehold_operator::leader::{self, Election};
 use leasehold_operator::metrics::Metrics;
 use leasehold_operator::readiness::ControllerState;
 use leasehold_worker::health;
+use leasehold_worker::signals::Signals;
 use tokio_util::sync::CancellationToken;
 
 /// Reconciles StreamConsumer resources into lease tables and worker Deployments.
@@ -94,19 +95,14 @@ async fn main() -> ExitCode {
     let endpoints = CancellationToken::new();
     let _stop_endpoints = endpoints.clone().drop_guard();
     tokio::spawn(health::serve(listener, ctx.metrics.health(ctx.readiness.clone()), endpoints));
-    let signals = shutdown.clone();
+    // Listening from here on; the endpoints above are up, so /readyz can say the operator is stopping.
+    let signals = Signals::listen();
+    let cancel = shutdown.clone();
     let readiness = ctx.readiness.clone();
     tokio::spawn(async move {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => return,
-        };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
+        signals.received().await;
         readiness.stopping();
-        signals.cancel();
+        cancel.cancel();
     });
     let stop = shutdown.child_token();
     if args.leader_elect {

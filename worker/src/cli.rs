@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::WorkerConfig;
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
+use crate::signals::Signals;
 use crate::{health, runtime};
 
 /// Runs one worker of a Leasehold consumer: reads the shards it leases and processes their records.
@@ -100,7 +101,11 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
     // binding /metrics; long on a loaded machine) must end it cleanly, not by the signal's default.
     let shutdown = CancellationToken::new();
     let signals = Signals::listen();
-    tokio::spawn(cancel_on_signal(signals, shutdown.clone()));
+    let cancel = shutdown.clone();
+    tokio::spawn(async move {
+        signals.received().await;
+        cancel.cancel();
+    });
     let config = match WorkerConfig::load(&args.config) {
         Ok(config) => config,
         Err(e) => {
@@ -140,43 +145,4 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             ExitCode::FAILURE
         }
     }
-}
-
-/// SIGTERM and SIGINT, listened for from the moment this is made.
-struct Signals {
-    term: Option<tokio::signal::unix::Signal>,
-    int: Option<tokio::signal::unix::Signal>,
-}
-
-impl Signals {
-    fn listen() -> Self {
-        use tokio::signal::unix::{SignalKind, signal};
-        let listen = |kind: SignalKind, name: &str| match signal(kind) {
-            Ok(stream) => Some(stream),
-            Err(e) => {
-                tracing::error!(error = %e, "cannot listen for {name}");
-                None
-            }
-        };
-        Self { term: listen(SignalKind::terminate(), "SIGTERM"), int: listen(SignalKind::interrupt(), "SIGINT") }
-    }
-}
-
-/// Waits for one of `signal` (never, when it could not be listened for).
-async fn received(signal: &mut Option<tokio::signal::unix::Signal>) {
-    match signal {
-        Some(stream) => {
-            stream.recv().await;
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// Cancels `shutdown` on SIGTERM or SIGINT.
-async fn cancel_on_signal(mut signals: Signals, shutdown: CancellationToken) {
-    tokio::select! {
-        _ = received(&mut signals.term) => tracing::info!("SIGTERM received"),
-        _ = received(&mut signals.int) => tracing::info!("SIGINT received"),
-    }
-    shutdown.cancel();
 }

@@ -44,6 +44,7 @@ pub mod metrics;
 pub mod processor;
 pub mod runtime;
 mod shard;
+pub mod signals;
 pub mod streams;
 
 pub use cli::{main, main_with_processor};

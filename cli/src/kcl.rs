@@ -17,11 +17,12 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use clap::Args;
 use leasehold_worker::kpl::{Deaggregated, deaggregate};
-use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey, LeaseStore, NewLease};
+use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
 use crate::error::{CliError, Result, sdk_message};
 use crate::output::{Format, columns, structured};
+use crate::rows::{RowWrite, write_rows};
 use crate::shards::{self, Shard};
 use crate::table::read_quiet;
 use crate::target::{Target, TargetArgs, resolve};
@@ -533,50 +534,16 @@ pub async fn run(args: &ImportArgs, format: Format) -> Result<()> {
 
 /// Writes the imports, parents first, each conditioned on the row as read.
 async fn write(target: &Target, imports: &[Import]) -> Result<Vec<String>> {
-    let store = target.store("leasehold-cli");
-    let mut written = Vec::new();
-    for (i, import) in imports.iter().enumerate() {
-        let key = LeaseKey::new(import.stream.as_str(), import.shard.as_str());
-        let result = match &import.seen {
-            Some(seen) => {
-                let new = NewLease {
-                    key: key.clone(),
-                    checkpoint: import.checkpoint.clone(),
-                    parent_shard_ids: import.parents.clone(),
-                    stream_created: seen.stream_created,
-                };
-                store.replace(seen, &new).await.map_err(CliError::from)
-            }
-            None => {
-                let new = NewLease {
-                    key: key.clone(),
-                    checkpoint: import.checkpoint.clone(),
-                    parent_shard_ids: import.parents.clone(),
-                    stream_created: None,
-                };
-                match store.create_if_absent(&new).await {
-                    Ok(true) => Ok(()),
-                    Ok(false) => Err(CliError::Conflict(format!("lease {key}: a row appeared since the read"))),
-                    Err(e) => Err(e.into()),
-                }
-            }
-        };
-        if let Err(error) = result {
-            let rest: Vec<String> = imports[i..].iter().map(|i| format!("{}:{}", i.stream, i.shard)).collect();
-            let message = format!(
-                "stopped at {key}: {error}\n  written ({}): {}\n  not written: {}",
-                written.len(),
-                if written.is_empty() { "none".to_string() } else { written.join(", ") },
-                rest.join(", ")
-            );
-            return Err(match error {
-                CliError::Conflict(_) => CliError::Conflict(message),
-                _ => CliError::Service(message),
-            });
-        }
-        written.push(key.to_string());
-    }
-    Ok(written)
+    let rows: Vec<RowWrite> = imports
+        .iter()
+        .map(|import| RowWrite {
+            key: LeaseKey::new(import.stream.as_str(), import.shard.as_str()),
+            seen: import.seen.clone(),
+            checkpoint: import.checkpoint.clone(),
+            parents: import.parents.clone(),
+        })
+        .collect();
+    write_rows(&target.store("leasehold-cli"), &rows, "").await
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ pub mod output;
 pub mod pause;
 pub mod positions;
 pub mod reset;
+pub mod rows;
 pub mod shards;
 pub mod table;
 pub mod target;

@@ -11,13 +11,14 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args};
-use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey, LeaseStore, NewLease};
+use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
 use crate::describe::{State, state};
 use crate::error::{CliError, Result};
 use crate::output::{Format, columns, structured};
 use crate::positions::Positions;
+use crate::rows::{RowWrite, write_rows};
 use crate::shards::{self, Shard};
 use crate::table::{Snapshot, read, read_quiet};
 use crate::target::{Target, TargetArgs, resolve};
@@ -414,51 +415,18 @@ fn render(report: &Report) -> String {
 
 /// Writes the changes, parents first; stops at the first refusal, saying exactly what was written.
 async fn apply(target: &Target, changes: &[Change]) -> Result<Vec<String>> {
-    let store = target.store("leasehold-cli");
-    let mut written: Vec<String> = Vec::new();
-    for (i, c) in changes.iter().enumerate() {
-        let key = c.key();
-        let result = match &c.seen {
-            Some(seen) => {
-                let new = NewLease {
-                    key: key.clone(),
-                    checkpoint: c.checkpoint.clone(),
-                    parent_shard_ids: seen.parent_shard_ids.clone(),
-                    stream_created: seen.stream_created,
-                };
-                store.replace(seen, &new).await.map_err(CliError::from)
-            }
-            None => {
-                let new = NewLease {
-                    key: key.clone(),
-                    checkpoint: c.checkpoint.clone(),
-                    parent_shard_ids: c.parents.clone(),
-                    stream_created: None,
-                };
-                match store.create_if_absent(&new).await {
-                    Ok(true) => Ok(()),
-                    Ok(false) => Err(CliError::Conflict(format!("lease {key}: a row appeared since the read"))),
-                    Err(e) => Err(e.into()),
-                }
-            }
-        };
-        if let Err(error) = result {
-            let rest: Vec<String> = changes[i + 1..].iter().map(|c| c.key().to_string()).collect();
-            let message = format!(
-                "stopped at {key}: {error}\n  written ({}): {}\n  not written: {key}{}{}\n  the table was changed by someone else since the read: run describe, then the reset again",
-                written.len(),
-                if written.is_empty() { "none".to_string() } else { written.join(", ") },
-                if rest.is_empty() { "" } else { ", " },
-                rest.join(", ")
-            );
-            return Err(match error {
-                CliError::Conflict(_) => CliError::Conflict(message),
-                _ => CliError::Service(message),
-            });
-        }
-        written.push(key.to_string());
-    }
-    Ok(written)
+    let rows: Vec<RowWrite> = changes
+        .iter()
+        .map(|c| RowWrite {
+            key: c.key(),
+            seen: c.seen.clone(),
+            checkpoint: c.checkpoint.clone(),
+            // A row read keeps its parents; a row re-created (cleaned up since) gets them from the listing.
+            parents: c.seen.as_ref().map_or_else(|| c.parents.clone(), |seen| seen.parent_shard_ids.clone()),
+        })
+        .collect();
+    let hint = "\n  the table was changed by someone else since the read: run describe, then the reset again";
+    write_rows(&target.store("leasehold-cli"), &rows, hint).await
 }
 
 /// Runs `reset`.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::BackoffBuilder;
 use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
@@ -98,24 +99,9 @@ pub async fn run(
         return Err(RuntimeError::OwnerIdTooLong(owner.len()));
     }
     let spec = &config.spec;
-    let resolved = &config.resolved;
-    let durations = &resolved.durations;
     let sdk = sdk_config(&spec.aws).await;
-    let settings = LeaseSettings::new(owner.clone()).with_duration(durations.lease);
-    let store: Arc<dyn LeaseStore> = match &spec.lease_table {
-        Some(table) => {
-            let client = dynamodb_client(&sdk, &spec.aws);
-            let tags = vec![("leasehold.io/created-by".to_string(), "leasehold-worker".to_string())];
-            if ensure_table(&client, &table.name, &tags, Duration::from_secs(60)).await? {
-                tracing::info!(table = table.name, "lease table created");
-            }
-            Arc::new(DynamoLeaseStore::new(client, table.name.clone(), settings))
-        }
-        None => {
-            tracing::info!("no leaseTable: leases are kept in memory (one instance; empty after a restart)");
-            Arc::new(MemoryLeaseStore::new(settings))
-        }
-    };
+    // A shutdown while the lease table is still out of reach ends the run at once (nothing was read).
+    let Some(store) = lease_store(&config, &sdk, &owner, &metrics, &shutdown).await? else { return Ok(()) };
     // Streams the spec asks to create when missing, ACTIVE before any is read or written; a shutdown
     // meanwhile ends the run at once (nothing was read yet).
     let streams_client = kinesis_client(&sdk, &spec.aws);
@@ -124,57 +110,120 @@ pub async fn run(
         _ = shutdown.cancelled() => return Ok(()),
     }
     let mut kinesis = Kinesis::new(kinesis_client(&sdk, &spec.aws)).with_arns(config.stream_arns.clone());
-    if resolved.mode == ReaderMode::FanOut {
+    if config.resolved.mode == ReaderMode::FanOut {
         tracing::info!(consumer = config.consumer_name, "reading with enhanced fan-out");
         let consumers = Consumers::new(config.consumer_name.clone(), metrics.fanout_consumers_registered.clone());
         kinesis = kinesis.with_consumers(Arc::new(consumers));
     }
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
-    let assigned = match &config.selection {
-        StreamSelection::Assigned(keys) => Some(keys.clone()),
-        _ => None,
+    let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?;
+    let settings = coordinator_settings(&config);
+    let coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), processors, settings);
+    metrics.set_ready(true);
+    coordinator.run(shutdown).await;
+    metrics.set_ready(false);
+    Ok(())
+}
+
+/// The lease store the spec names: the DynamoDB table (created if missing), or the memory store.
+/// A table out of reach for a while (throttled, unavailable, timing out) is waited for with backoff,
+/// counted and logged, rather than ending the process; `None` when `shutdown` came first.
+async fn lease_store(
+    config: &WorkerConfig,
+    sdk: &aws_config::SdkConfig,
+    owner: &str,
+    metrics: &Metrics,
+    shutdown: &CancellationToken,
+) -> Result<Option<Arc<dyn LeaseStore>>, RuntimeError> {
+    let spec = &config.spec;
+    let settings = LeaseSettings::new(owner).with_duration(config.resolved.durations.lease);
+    let Some(table) = &spec.lease_table else {
+        tracing::info!("no leaseTable: leases are kept in memory (one instance; empty after a restart)");
+        return Ok(Some(Arc::new(MemoryLeaseStore::new(settings))));
     };
-    let settings = CoordinatorSettings {
+    let client = dynamodb_client(sdk, &spec.aws);
+    let tags = vec![("leasehold.io/created-by".to_string(), "leasehold-worker".to_string())];
+    let mut delays = backon::ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(200))
+        .with_max_delay(Duration::from_secs(5))
+        .with_jitter()
+        .without_max_times()
+        .build();
+    loop {
+        let error = match ensure_table(&client, &table.name, &tags, Duration::from_secs(60)).await {
+            Ok(created) => {
+                if created {
+                    tracing::info!(table = table.name, "lease table created");
+                }
+                return Ok(Some(Arc::new(DynamoLeaseStore::new(client, table.name.clone(), settings))));
+            }
+            Err(e) if e.is_retryable() => e,
+            Err(e) => return Err(e.into()),
+        };
+        metrics.lease_table_failures.inc();
+        let delay = delays.next().unwrap_or(Duration::from_secs(5));
+        tracing::warn!(table = table.name, error = %error, ?delay, "cannot reach the lease table at start; retrying");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(None),
+            _ = tokio::time::sleep(delay) => {}
+        }
+    }
+}
+
+/// The coordinator's timing and mode from the spec.
+fn coordinator_settings(config: &WorkerConfig) -> CoordinatorSettings {
+    let resolved = &config.resolved;
+    let durations = &resolved.durations;
+    CoordinatorSettings {
         renew_interval: durations.renew_interval,
         scan_interval: durations.scan_interval,
         shard_sync_interval: durations.shard_sync_interval,
         graceful_timeout: durations.graceful_timeout,
         handoff_timeout: durations.lease,
         reader: ReaderSettings::from_spec(resolved),
-        assigned,
+        assigned: match &config.selection {
+            StreamSelection::Assigned(keys) => Some(keys.clone()),
+            _ => None,
+        },
         scan: match resolved.lease_scan {
             LeaseScan::Full => ScanMode::Full,
             LeaseScan::Segmented => ScanMode::Segmented { rows_per_segment: resolved.segment_rows },
         },
-    };
+    }
+}
+
+/// The record runner: the retry policy with its destinations (dead-letter stream, queue, bucket), the
+/// filter, the output stream.
+fn runner(
+    config: &WorkerConfig,
+    sdk: &aws_config::SdkConfig,
+    kinesis: &Kinesis,
+    owner: String,
+    metrics: Arc<Metrics>,
+) -> Result<Runner, RuntimeError> {
+    let spec = &config.spec;
+    let resolved = &config.resolved;
     let dead_letters = spec.retry.as_ref().and_then(|r| r.dead_letter_stream.clone());
-    let runner = Runner::new(metrics.clone())
+    let mut runner = Runner::new(metrics)
         .with_policy(RetryPolicy::from_spec(resolved, dead_letters))
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner)
-        .with_stuck_after(durations.graceful_timeout);
-    let mut runner = runner;
+        .with_stuck_after(resolved.durations.graceful_timeout);
     if let Some(retry) = &spec.retry {
         if let Some(queue) = &retry.dead_letter_queue {
-            runner = runner.with_destination(Arc::new(SqsDestination::new(sqs_client(&sdk, &spec.aws), queue.clone())));
+            runner = runner.with_destination(Arc::new(SqsDestination::new(sqs_client(sdk, &spec.aws), queue.clone())));
         }
         if let Some(bucket) = &retry.dead_letter_bucket {
             let prefix = bucket.prefix.clone().unwrap_or_default();
-            let s3 = S3Destination::new(s3_client(&sdk, &spec.aws), bucket.name.clone(), prefix);
+            let s3 = S3Destination::new(s3_client(sdk, &spec.aws), bucket.name.clone(), prefix);
             runner = runner.with_destination(Arc::new(s3));
         }
     }
-    let runner = match &spec.filter {
-        Some(filter) => runner.with_filter(RecordFilter::new(&filter.patterns).map_err(RuntimeError::Filter)?),
-        None => runner,
-    };
-    let runner = match &spec.output {
-        Some(output) => runner.with_output(output.stream.clone(), output.partition_key.clone()),
-        None => runner,
-    };
-    let coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), processors, settings);
-    metrics.set_ready(true);
-    coordinator.run(shutdown).await;
-    metrics.set_ready(false);
-    Ok(())
+    if let Some(filter) = &spec.filter {
+        runner = runner.with_filter(RecordFilter::new(&filter.patterns).map_err(RuntimeError::Filter)?);
+    }
+    if let Some(output) = &spec.output {
+        runner = runner.with_output(output.stream.clone(), output.partition_key.clone());
+    }
+    Ok(runner)
 }

@@ -102,3 +102,42 @@ async fn a_lease_table_outage_stops_processing_costs_little_and_heals() {
     });
     println!("healed {:?} ago", healed.elapsed());
 }
+
+/// A worker started while the lease table answers ServiceUnavailable waits for it (counted, backing
+/// off) instead of exiting, reads every record once it answers, and a SIGTERM while it still waits
+/// ends it cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_started_during_an_outage_waits_for_the_table() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "outage-start", 2).await;
+    let table = leasehold_testkit::unique_name("outage-start");
+    let cut = Arc::new(AtomicBool::new(true));
+    let cutting = cut.clone();
+    let proxy = FaultProxy::start(
+        &leasehold_testkit::endpoint(Service::DynamoDb),
+        Arc::new(move |_, _| cutting.load(Ordering::SeqCst).then_some("ServiceUnavailable")),
+    )
+    .await;
+    let yaml = with_endpoint(
+        &config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n"),
+        Service::DynamoDb,
+        &proxy.endpoint(),
+    );
+    let mut waiting = spawn(&yaml, "outage-start-a");
+    let mut stopped = spawn(&yaml, "outage-start-b");
+    wait_for("both workers see the table out of reach", Duration::from_secs(30), || {
+        [&waiting, &stopped].iter().all(|w| w.stderr_text().contains("cannot reach the lease table at start"))
+    });
+    assert_running(&mut [&mut waiting, &mut stopped]);
+    stopped.signal("TERM");
+    let status = stopped.wait_exit(Duration::from_secs(10)).expect("exits on SIGTERM");
+    assert!(status.success(), "a SIGTERM while waiting for the table is a clean exit: {status:?}");
+    let written = records(10, 0, 5);
+    put_records(&kinesis, &stream, &written).await;
+    cut.store(false, Ordering::SeqCst);
+    wait_for("every record processed once the table answers", Duration::from_secs(60), || {
+        distinct(&waiting.deliveries()).len() >= written.len()
+    });
+    assert_exactly_once(&waiting.deliveries(), &written);
+    assert!(metric(&waiting, "leasehold_lease_table_failures_total").await >= 1.0, "the waits are counted");
+}

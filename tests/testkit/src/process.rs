@@ -4,6 +4,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -37,18 +38,23 @@ pub struct WorkerProcess {
     child: Child,
     stdout: Lines,
     stderr: Lines,
+    /// Set by each collector once its stream reached its end (the process closed it).
+    closed: [Arc<AtomicBool>; 2],
     _config: PathBuf,
 }
 
-fn collect(reader: impl std::io::Read + Send + 'static) -> Lines {
+/// Collects `reader`'s lines as they arrive; the flag is set once it reached its end.
+fn collect(reader: impl std::io::Read + Send + 'static) -> (Lines, Arc<AtomicBool>) {
     let lines: Lines = Arc::default();
-    let sink = lines.clone();
+    let closed = Arc::new(AtomicBool::new(false));
+    let (sink, done) = (lines.clone(), closed.clone());
     std::thread::spawn(move || {
         for line in BufReader::new(reader).lines().map_while(Result::ok) {
             sink.lock().expect("lines").push((Instant::now(), line));
         }
+        done.store(true, Ordering::SeqCst);
     });
-    lines
+    (lines, closed)
 }
 
 impl WorkerProcess {
@@ -75,9 +81,16 @@ impl WorkerProcess {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
-        let stdout = collect(child.stdout.take().expect("stdout"));
-        let stderr = collect(child.stderr.take().expect("stderr"));
-        Self { owner: owner.to_string(), child, stdout, stderr, _config: config }
+        let (stdout, stdout_closed) = collect(child.stdout.take().expect("stdout"));
+        let (stderr, stderr_closed) = collect(child.stderr.take().expect("stderr"));
+        Self {
+            owner: owner.to_string(),
+            child,
+            stdout,
+            stderr,
+            closed: [stdout_closed, stderr_closed],
+            _config: config,
+        }
     }
 
     /// The process id.
@@ -96,6 +109,13 @@ impl WorkerProcess {
         let until = Instant::now() + timeout;
         while Instant::now() < until {
             if let Ok(Some(status)) = self.child.try_wait() {
+                // Everything it printed is collected before the caller reads it (on a busy machine the
+                // collectors may lag behind the exit); a child of its own holding the pipes open is
+                // waited for a second at most.
+                let drained = Instant::now() + Duration::from_secs(1);
+                while !self.closed.iter().all(|c| c.load(Ordering::SeqCst)) && Instant::now() < drained {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
                 return Some(status);
             }
             std::thread::sleep(Duration::from_millis(20));

@@ -43,6 +43,10 @@ pub struct DrainArgs {
     pub delete_pod: bool,
 }
 
+/// How long a deleted worker pod is given to release its leases: Kubernetes' default termination
+/// grace period.
+const POD_GRACE: Duration = Duration::from_secs(30);
+
 /// What `drain` did.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -151,6 +155,7 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
     }
     eprintln!("{worker}: {} lease(s) held; {} handoff request(s) written", held.len(), requested.len());
     let started = Instant::now();
+    let mut deadline = started + args.timeout;
     let tty = std::io::stderr().is_terminal();
     let mut remaining: Vec<Lease>;
     let mut pod_deleted = false;
@@ -166,7 +171,7 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         } else {
             eprintln!("{line}");
         }
-        if started.elapsed() > args.timeout {
+        if Instant::now() > deadline {
             if args.delete_pod && !pod_deleted {
                 let (ns, _) = crate::needs_resource(&target, "--delete-pod")?;
                 let pods: Api<Pod> = Api::namespaced(kube_client().await?, &ns);
@@ -176,7 +181,9 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
                     remaining.len()
                 );
                 pod_deleted = true;
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                // The pod's worker stops on SIGTERM: give it its termination grace (30 s by default)
+                // to checkpoint and release, or the timeout if longer.
+                deadline = Instant::now() + args.timeout.max(POD_GRACE);
                 continue;
             }
             break;

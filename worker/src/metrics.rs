@@ -45,6 +45,10 @@ pub struct Metrics {
     pub leases_held: Gauge,
     /// Lease renewals that failed (each retried; the lease is lost when its deadline passes).
     pub renewals_failed: Counter,
+    /// Leases this worker took over from a holder that stopped renewing them (not handed over).
+    pub lease_takeovers: Counter,
+    /// Leases this worker handed over to the worker that asked for them (cooperative handoff).
+    pub lease_handoffs: Counter,
     /// Checkpoints written.
     pub checkpoints_written: Counter,
     /// Scans and membership heartbeats that could not use the lease table (retried with backoff).
@@ -98,6 +102,8 @@ impl Default for Metrics {
             records_in_flight: Gauge::default(),
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
+            lease_takeovers: Counter::default(),
+            lease_handoffs: Counter::default(),
             checkpoints_written: Counter::default(),
             lease_table_failures: Counter::default(),
             lease_table_missing: Gauge::default(),
@@ -151,6 +157,16 @@ impl Metrics {
         self.registry.register("records_in_flight", "Records being processed now", self.records_in_flight.clone());
         self.registry.register("leases_held", "Leases this worker holds", self.leases_held.clone());
         self.registry.register("lease_renewals_failed", "Lease renewals that failed", self.renewals_failed.clone());
+        self.registry.register(
+            "lease_takeovers",
+            "Leases taken over from a holder that stopped renewing them (not handed over)",
+            self.lease_takeovers.clone(),
+        );
+        self.registry.register(
+            "lease_handoffs",
+            "Leases handed over to the worker that asked for them",
+            self.lease_handoffs.clone(),
+        );
         self.registry.register("checkpoints_written", "Checkpoints written", self.checkpoints_written.clone());
         self.registry.register(
             "lease_table_failures",

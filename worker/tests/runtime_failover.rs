@@ -36,6 +36,8 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator
     let killed_at = Instant::now();
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
     wait_for("survivor holds every shard", Duration::from_secs(15), || survivor.held_shards().len() == 4);
+    let takeovers = metric(&survivor, "leasehold_lease_takeovers_total").await;
+    assert_eq!(takeovers, orphaned.len() as f64, "the survivor counts each lease it took over");
     for shard in &orphaned {
         let taken = event_time(&survivor, "lease acquired", shard).expect("taken over");
         let failover = taken.duration_since(killed_at);

@@ -44,6 +44,13 @@ async fn one_to_four_workers_on_sixteen_shards_converge_within_two_leases(emulat
     });
     assert_exactly_once(&all_deliveries(&all), &written);
     assert_per_key_order(&all);
+    // The joiners' shares came by handoff (counted by the giver), none by takeover.
+    let handed: f64 = metric(&first, "leasehold_lease_handoffs_total").await;
+    let received: usize = others.iter().map(|w| w.held_shards().len()).sum();
+    assert!(handed >= received as f64, "{handed} handoffs counted for {received} leases moved to the joiners");
+    for worker in &all {
+        assert_eq!(metric(worker, "leasehold_lease_takeovers_total").await, 0.0, "{}: no takeover", worker.owner);
+    }
 }
 
 async fn split_and_merge_keep_key_order_and_lose_nothing(emulator: Emulator) {

@@ -36,14 +36,14 @@ Each alert links its runbook: docs/operations.md, "Alerts and runbooks".
     {{- end }}{{ end }}
     {{- with $a.leaseTakeovers }}{{ if .enabled }}
     - alert: LeaseholdLeaseTakeovers
-      expr: sum by (namespace, consumer) (rate(leasehold_lease_renewals_failed_total[{{ .window }}])) * 60 > {{ .perMinute }}
+      expr: sum by (namespace, consumer) (rate(leasehold_lease_takeovers_total[{{ .window }}])) * 60 > {{ .perMinute }}
       for: {{ .for }}
       labels:
         severity: {{ .severity }}
         {{- with $extra }}{{ toYaml . | nindent 8 }}{{ end }}
       annotations:
         summary: "Leases of {{`{{ $labels.namespace }}/{{ $labels.consumer }}`}} are taken over {{`{{ $value | printf \"%.1f\" }}`}} times a minute"
-        description: "Lease renewals fail: another worker took the lease after it expired (a takeover, not a cooperative handoff). Shards move without a checkpoint, so records are processed twice."
+        description: "Workers take leases over from holders that stopped renewing them (takeovers, not cooperative handoffs): holders crash, stall or lose the lease table. Shards move without a final checkpoint, so records are processed twice."
         runbook_url: {{ printf "%s#leaseholdleasetakeovers" $base }}
     {{- end }}{{ end }}
     {{- with $a.processorFailures }}{{ if .enabled }}

@@ -342,6 +342,7 @@ impl Coordinator {
         match self.store.acquire(&lease).await {
             Ok(acquired) => {
                 if from_another {
+                    self.metrics().lease_takeovers.inc();
                     tracing::info!(shard = %lease.key, from = lease.owner.as_deref().unwrap_or("-"),
                         "lease taken over: its holder stopped renewing it");
                     if self.is_segmented() {

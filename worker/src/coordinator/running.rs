@@ -73,7 +73,9 @@ impl Coordinator {
                 (Some(last), None)
             }
         };
-        release(&running.held, final_checkpoint, to).await;
+        if release(&running.held, final_checkpoint, to).await {
+            self.metrics().lease_handoffs.inc();
+        }
     }
 
     /// Finishes every shard's in-flight records under one deadline, checkpoints and releases them,
@@ -161,13 +163,24 @@ pub(super) async fn beat(
     }
 }
 
-async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Option<String>) {
+/// Releases `held` (to the worker `to`, after a requested handoff) with its final checkpoint; true when
+/// it was handed over.
+async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Option<String>) -> bool {
     let key = held.key().clone();
     match held.release(final_checkpoint.clone(), to.clone()).await {
         Ok(_) => match to {
-            Some(to) => tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, "lease handed over"),
-            None => tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released"),
+            Some(to) => {
+                tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, "lease handed over");
+                true
+            }
+            None => {
+                tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released");
+                false
+            }
         },
-        Err(e) => tracing::warn!(shard = %key, error = %e, "release failed; the lease will expire instead"),
+        Err(e) => {
+            tracing::warn!(shard = %key, error = %e, "release failed; the lease will expire instead");
+            false
+        }
     }
 }

@@ -50,7 +50,11 @@ case "${1:-install}" in
   crds)
     if [ ! -f "$CRD_DIR/.complete" ]; then
       command -v go >/dev/null || die "go is not installed (tests/ground/install-toolchain.sh)"
-      command -v jq >/dev/null || die "jq is not installed (apt-get install jq)"
+      if ! command -v jq >/dev/null; then
+        log "installing jq from Debian's packages"
+        (apt-get install -y -qq jq >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq jq >/dev/null)) \
+          || die "jq is not installed and apt-get could not install it"
+      fi
       log "fetching the Prometheus Operator $OPERATOR_VERSION CRDs from the Go module proxy"
       # Outside any module, `go mod download` fetches into the module cache and prints where.
       tmp="$(mktemp -d)"

@@ -365,6 +365,7 @@ fn plan(
             parent_shard_ids: c.parents.clone(),
             handoff_to: None,
             stream_created: None,
+            lag_ms: None,
         });
         entry.checkpoint = c.checkpoint.clone();
     }
@@ -504,6 +505,7 @@ mod tests {
             parent_shard_ids: parents.iter().map(|p| p.to_string()).collect(),
             handoff_to: None,
             stream_created: None,
+            lag_ms: None,
         }
     }
 

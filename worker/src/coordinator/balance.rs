@@ -190,11 +190,12 @@ mod tests {
             parent_shard_ids: vec![],
             handoff_to: None,
             stream_created: None,
+            lag_ms: None,
         }
     }
 
     fn member(owner: &str, alive: bool) -> Member {
-        Member { owner: owner.into(), counter: 1, alive }
+        Member { owner: owner.into(), counter: 1, alive, address: None }
     }
 
     fn running(leases: &[Lease], me: &str) -> HashSet<LeaseKey> {

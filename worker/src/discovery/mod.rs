@@ -345,6 +345,7 @@ mod tests {
             parent_shard_ids: vec![],
             handoff_to: None,
             stream_created,
+            lag_ms: None,
         }
     }
 

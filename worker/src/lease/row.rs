@@ -35,6 +35,14 @@ pub mod attr {
     /// (deleted and recreated under the same name) is replaced, never applied. Absent on rows written
     /// before it existed, which count as the current stream's.
     pub const STREAM_CREATED: &str = "stream_created";
+    /// How far behind the holder was on this shard when it last wrote the row, in milliseconds (N):
+    /// the age of the oldest record read but not yet finished, folded with the service's
+    /// `millisBehindLatest` (docs/lease-protocol.md). Written on renewals and checkpoints the holder
+    /// makes anyway; absent until a holder has measured it.
+    pub const LAG_MS: &str = "lag_ms";
+    /// On a membership row: where the worker takes handoff notices (S, `host:port` of its HTTP
+    /// endpoints), so a worker that releases leases to it can tell it at once. Absent when unknown.
+    pub const MEMBER_ADDRESS: &str = "member_address";
 }
 
 /// `lease_key` prefix of membership rows: one per live worker, `#worker:<owner>`, renewed like a lease
@@ -93,6 +101,8 @@ pub struct Lease {
     pub handoff_to: Option<String>,
     /// When the row's stream was created (epoch ms), `None` on rows written before it was recorded.
     pub stream_created: Option<i64>,
+    /// The holder's last measure of the shard's lag ([`attr::LAG_MS`]), `None` when never written.
+    pub lag_ms: Option<u64>,
 }
 
 impl Lease {
@@ -183,7 +193,8 @@ pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
     };
     let handoff_to = string(attrs, attr::HANDOFF_TO).map_err(malformed)?;
     let stream_created = number(attrs, attr::STREAM_CREATED).map_err(malformed)?;
-    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to, stream_created })
+    let lag_ms = number(attrs, attr::LAG_MS).map_err(malformed)?;
+    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to, stream_created, lag_ms })
 }
 
 /// A worker's membership row as read.
@@ -195,6 +206,8 @@ pub struct Member {
     pub counter: u64,
     /// False once this reader has seen the counter unchanged for a whole lease duration.
     pub alive: bool,
+    /// Where the worker takes handoff notices ([`attr::MEMBER_ADDRESS`]), when it said.
+    pub address: Option<String>,
 }
 
 /// True when the row is a membership row rather than a shard's lease.
@@ -210,7 +223,8 @@ pub fn decode_member(attrs: &Attributes) -> Result<Member, Malformed> {
     let counter = number(attrs, attr::LEASE_COUNTER)
         .map_err(malformed)?
         .ok_or_else(|| malformed("lease_counter is missing".into()))?;
-    Ok(Member { owner, counter, alive: true })
+    let address = string(attrs, attr::MEMBER_ADDRESS).map_err(malformed)?;
+    Ok(Member { owner, counter, alive: true, address })
 }
 
 /// A row of the table as read: a shard's lease or a worker's membership.

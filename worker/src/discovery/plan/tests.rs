@@ -17,6 +17,7 @@ fn row(shard: &str, checkpoint: Checkpoint, counter: u64, parents: &[&str]) -> L
         parent_shard_ids: parents.iter().map(|p| p.to_string()).collect(),
         handoff_to: None,
         stream_created: None,
+        lag_ms: None,
     }
 }
 

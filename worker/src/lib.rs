@@ -45,6 +45,7 @@ pub mod processor;
 pub mod runtime;
 mod shard;
 pub mod signals;
+pub mod stream_consumer;
 pub mod streams;
 
 pub use cli::{main, main_with_processor};

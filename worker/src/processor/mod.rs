@@ -5,6 +5,7 @@
 mod http;
 mod multilang;
 mod output;
+mod record_json;
 mod stdout;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::lease::{Checkpoint, LeaseKey};
 pub use http::{BATCH_CONTENT_TYPE, EVENT_TYPE, HttpBatching, HttpProcessor, HttpProcessorError};
 pub use multilang::MultilangProcessor;
 pub use output::{Output, Outputs};
+pub(crate) use record_json::RecordJson;
 pub use stdout::StdoutProcessor;
 
 /// One record as handed to a processor: a Kinesis record, or one user record of a KPL aggregate.

@@ -138,7 +138,7 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             tracing::error!(error = %e, "/metrics server failed");
         }
     });
-    match runtime::run(config, owner, processors, metrics, shutdown).await {
+    match runtime::run(runtime::Worker { config, owner, processors, metrics, shutdown }).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "worker failed");

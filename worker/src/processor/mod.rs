@@ -81,8 +81,9 @@ pub struct ShardStart {
 ///
 /// Calls, in order: [`initialize`](Self::initialize) once; [`process`](Self::process) for every
 /// record (up to `concurrency` at once, never two of one partition key at once with `ordering: key`);
-/// then exactly one of [`shard_ended`](Self::shard_ended), [`shutdown_requested`](Self::shutdown_requested)
-/// or [`lease_lost`](Self::lease_lost), bounded by `lease.gracefulTimeout`. A record may be processed
+/// then exactly one of [`shard_ended`](Self::shard_ended), [`shutdown_requested`](Self::shutdown_requested),
+/// [`shard_failed`](Self::shard_failed) or [`lease_lost`](Self::lease_lost), bounded by
+/// `lease.gracefulTimeout`. A record may be processed
 /// again after a crash or a lost lease (delivery is at-least-once across crashes).
 ///
 /// ```
@@ -112,9 +113,18 @@ pub trait ShardProcessor: Send + Sync {
     /// children are read next, possibly by other workers.
     async fn shard_ended(&self) {}
 
-    /// The worker gives the shard up (a handoff, a shutdown, or the shard cannot be read any more):
-    /// the records running have finished and the done prefix will be checkpointed after this call.
+    /// The worker was asked to give the shard up (a handoff, a shutdown): the records running have
+    /// finished and the done prefix will be checkpointed after this call.
     async fn shutdown_requested(&self) {}
+
+    /// The worker gives the shard up because it cannot be read any more (`reason`: its stream is gone,
+    /// say): the records running have finished and the done prefix will be checkpointed after this
+    /// call, as after [`shutdown_requested`](Self::shutdown_requested), which is what it does unless
+    /// overridden.
+    async fn shard_failed(&self, reason: &str) {
+        let _ = reason;
+        self.shutdown_requested().await
+    }
 
     /// Another worker holds the shard now: nothing more is checkpointed, and records not yet
     /// checkpointed will be delivered to the new holder again.
@@ -196,6 +206,10 @@ impl<P: ShardProcessor + ?Sized> ShardProcessor for Arc<P> {
 
     async fn shutdown_requested(&self) {
         self.as_ref().shutdown_requested().await
+    }
+
+    async fn shard_failed(&self, reason: &str) {
+        self.as_ref().shard_failed(reason).await
     }
 
     async fn lease_lost(&self) {

@@ -132,7 +132,7 @@ impl Drop for InFlight<'_> {
 }
 
 impl Runner {
-    /// A runner with the default policy (see [`RetryPolicy::default`]) and no publisher.
+    /// A runner with the default policy (see `RetryPolicy::default`) and no publisher.
     pub fn new(metrics: Arc<Metrics>) -> Self {
         let stuck_after = ResolvedSpec::default().durations.graceful_timeout;
         Self {
@@ -177,7 +177,7 @@ impl Runner {
         self
     }
 
-    /// Processes only records matching `filter`; the others end [`Outcome::Filtered`] at once.
+    /// Processes only records matching `filter`; the others end `Outcome::Filtered` at once.
     pub fn with_filter(mut self, filter: RecordFilter) -> Self {
         self.filter = Some(filter);
         self

@@ -50,7 +50,7 @@ pub struct LeasePage {
     pub malformed: Vec<Malformed>,
     /// Membership rows of workers (see [`LeaseStore::heartbeat`]).
     pub members: Vec<Member>,
-    /// Term rows (see [`TERM_PREFIX`]): roles held by one worker at a time, observed like leases.
+    /// Term rows (see `TERM_PREFIX` in the row format): roles held by one worker at a time, observed like leases.
     pub terms: Vec<Lease>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<PageToken>,

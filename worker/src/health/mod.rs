@@ -59,6 +59,18 @@ impl Health {
         Self { encode: Arc::new(encode), ready: Arc::new(ready) }
     }
 
+    /// The metrics text `/metrics` serves (for a program serving it with its own HTTP server).
+    pub fn metrics_text(&self) -> Result<String, fmt::Error> {
+        let mut text = String::new();
+        (self.encode)(&mut text)?;
+        Ok(text)
+    }
+
+    /// What the readiness source says now (`/readyz` also fails once shutdown began).
+    pub fn is_ready(&self) -> bool {
+        (self.ready)()
+    }
+
     /// Endpoints serving every metric of `registry`.
     pub fn from_registry(registry: Arc<Registry>, ready: impl Fn() -> bool + Send + Sync + 'static) -> Self {
         Self::new(move |out| prometheus_client::encoding::text::encode(out, &registry), ready)

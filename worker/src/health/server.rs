@@ -16,16 +16,15 @@ struct Shared {
 }
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
-    let mut body = String::new();
-    match (shared.health.encode)(&mut body) {
-        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body),
+    match shared.health.metrics_text() {
+        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
     }
 }
 
 async fn ready(State(shared): State<Shared>) -> impl IntoResponse {
     // A process that is stopping must leave its Service's endpoints at once, whatever the source says.
-    if !shared.shutdown.is_cancelled() && (shared.health.ready)() {
+    if !shared.shutdown.is_cancelled() && shared.health.is_ready() {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")

@@ -216,3 +216,57 @@ impl<P: ShardProcessor + ?Sized> ShardProcessor for Arc<P> {
         self.as_ref().lease_lost().await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Notes the closing hooks it is told.
+    #[derive(Default)]
+    struct Closings(Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl ShardProcessor for Closings {
+        async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+            Ok(())
+        }
+
+        async fn shutdown_requested(&self) {
+            self.0.lock().unwrap().push("shutdown_requested".into());
+        }
+    }
+
+    /// Tells a failure apart from a request to stop.
+    #[derive(Default)]
+    struct FailureAware(Closings);
+
+    #[async_trait]
+    impl ShardProcessor for FailureAware {
+        async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+            Ok(())
+        }
+
+        async fn shutdown_requested(&self) {
+            self.0.shutdown_requested().await
+        }
+
+        async fn shard_failed(&self, reason: &str) {
+            self.0.0.lock().unwrap().push(format!("shard_failed: {reason}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_shard_is_a_shutdown_request_unless_the_processor_tells_them_apart() {
+        let plain = Arc::new(Closings::default());
+        plain.shard_failed("stream deleted").await;
+        assert_eq!(*plain.0.lock().unwrap(), ["shutdown_requested"]);
+
+        let aware = Arc::new(FailureAware::default());
+        let shared_copy: Arc<dyn ShardProcessor> = Arc::new(aware.clone());
+        shared_copy.shard_failed("stream deleted").await;
+        shared_copy.shutdown_requested().await;
+        assert_eq!(*aware.0.0.lock().unwrap(), ["shard_failed: stream deleted", "shutdown_requested"]);
+    }
+}

@@ -16,7 +16,8 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use leasehold_worker::lease::{Lease, LeaseStore, attr};
+use leasehold_worker::internals::lease::attr;
+use leasehold_worker::lease::{Lease, LeaseStore};
 use serde::Serialize;
 
 use crate::error::{CliError, Result, sdk_message};

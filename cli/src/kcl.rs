@@ -16,7 +16,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use clap::Args;
-use leasehold_worker::kpl::{Deaggregated, deaggregate};
+use leasehold_worker::internals::kpl::{Deaggregated, deaggregate};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 

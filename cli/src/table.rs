@@ -5,7 +5,8 @@ use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
-use leasehold_worker::lease::{Lease, LeaseStore, MEMBER_PREFIX, Malformed, attr};
+use leasehold_worker::internals::lease::{MEMBER_PREFIX, attr};
+use leasehold_worker::lease::{Lease, LeaseStore, Malformed};
 
 use crate::error::{CliError, Result, sdk_message};
 use crate::target::Target;

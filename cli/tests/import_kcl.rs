@@ -120,8 +120,9 @@ fn kcl_checkpoints_are_imported_and_a_worker_resumes_exactly_after_them() {
         put(&kinesis, &stream, HIGH, b"p0".to_vec()).await;
         let users: Vec<(String, Vec<u8>)> =
             (0..3).map(|i| (format!("user-{i}"), format!("u{i}").into_bytes())).collect();
-        let aggregate =
-            leasehold_worker::kpl::aggregate(users.iter().map(|(pk, d)| (pk.as_str(), Some(HIGH), d.as_slice())));
+        let aggregate = leasehold_worker::internals::kpl::aggregate(
+            users.iter().map(|(pk, d)| (pk.as_str(), Some(HIGH), d.as_slice())),
+        );
         let aggregate_seq = put(&kinesis, &stream, HIGH, aggregate.to_vec()).await;
         put(&kinesis, &stream, HIGH, b"p1".to_vec()).await;
 

@@ -198,3 +198,6 @@ async fn stop_workers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
     ctx.publish(consumer, EventType::Warning, "WorkersStillRunning", note).await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,6 +15,7 @@ use aws_sdk_kinesis::types::ConsumerStatus;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use leasehold_crds::{StreamConsumer, StreamSpec};
+use leasehold_worker::stream_consumer::{self, Found};
 use serde_json::json;
 
 use crate::error::{Error, Result};
@@ -74,32 +75,14 @@ fn state(status: &ConsumerStatus) -> ConsumerState {
 
 /// Describes the consumer `name` of the stream `stream_arn` (named `stream` in messages), registering
 /// it first if it does not exist. Idempotent: a registration that loses a race with a worker's
-/// (ResourceInUseException) describes the winner's.
+/// (ResourceInUseException) is reported as being created, and described on the next reconcile.
 pub async fn ensure(client: &Client, stream: &str, stream_arn: &str, name: &str) -> Result<Ensured> {
-    let described = client.describe_stream_consumer().stream_arn(stream_arn).consumer_name(name).send().await;
-    match described {
-        Ok(out) => {
-            let description = out.consumer_description.ok_or_else(|| failed(stream, "no consumer description"))?;
-            return Ok(Ensured {
-                arn: description.consumer_arn,
-                state: state(&description.consumer_status),
-                registered: false,
-            });
-        }
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {}
-        Err(e) => return Err(failed(stream, crate::aws::error_message(&e))),
-    }
-    let registered = client.register_stream_consumer().stream_arn(stream_arn).consumer_name(name).send().await;
-    match registered {
-        Ok(out) => {
-            let consumer = out.consumer.ok_or_else(|| failed(stream, "no consumer in the answer"))?;
-            Ok(Ensured { arn: consumer.consumer_arn, state: state(&consumer.consumer_status), registered: true })
-        }
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_in_use_exception()) => {
-            Ok(Ensured { arn: String::new(), state: ConsumerState::Creating, registered: false })
-        }
-        Err(e) => Err(failed(stream, crate::aws::error_message(&e))),
-    }
+    let found = stream_consumer::describe_or_register(client, stream_arn, name).await.map_err(|e| failed(stream, e))?;
+    Ok(match found {
+        Found::Described { arn, status } => Ensured { arn, state: state(&status), registered: false },
+        Found::Registered { arn, status } => Ensured { arn, state: state(&status), registered: true },
+        Found::RegisteredByAnother => Ensured { arn: String::new(), state: ConsumerState::Creating, registered: false },
+    })
 }
 
 /// The ARNs this resource recorded as registered by it.

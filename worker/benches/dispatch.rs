@@ -9,7 +9,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use leasehold_crds::Ordering;
-use leasehold_worker::dispatch::{DispatchSettings, Dispatcher, Runner};
+use leasehold_worker::internals::dispatch::{DispatchSettings, Dispatcher, Runner};
 use leasehold_worker::lease::Checkpoint;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor};
 use tokio_util::sync::CancellationToken;

@@ -223,7 +223,9 @@ async fn kpl_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
     let aggregates: Vec<(String, Vec<u8>)> = users
         .chunks(100)
         .map(|chunk| {
-            let packed = leasehold_worker::kpl::aggregate(chunk.iter().map(|(k, d)| (k.as_str(), None, d.as_slice())));
+            let packed = leasehold_worker::internals::kpl::aggregate(
+                chunk.iter().map(|(k, d)| (k.as_str(), None, d.as_slice())),
+            );
             (chunk[0].0.clone(), packed.to_vec())
         })
         .collect();

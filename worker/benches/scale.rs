@@ -37,7 +37,7 @@ use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use leasehold_testkit::dynamo_meter::{DynamoMeter, MeterSnapshot, difference, sdk_item_size, totals};
 use leasehold_testkit::process::{cpu_time, rss_mib};
 use leasehold_testkit::{Service, endpoint};
-use leasehold_worker::metrics::Metrics;
+use leasehold_worker::Metrics;
 use leasehold_worker::processor::shared;
 use leasehold_worker::{Outputs, ProcessError, Record, ShardProcessor, WorkerConfig};
 use tokio_util::sync::CancellationToken;
@@ -355,13 +355,13 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
             let span = tracing::info_span!("worker", owner = %owner);
             tokio::spawn(
                 async move {
-                    if let Err(e) = leasehold_worker::runtime::run(
+                    if let Err(e) = leasehold_worker::runtime::run(leasehold_worker::runtime::Worker {
                         config,
-                        owner.clone(),
-                        factory,
-                        Arc::new(Metrics::default()),
-                        token,
-                    )
+                        owner: owner.clone(),
+                        processors: factory,
+                        metrics: Arc::new(Metrics::default()),
+                        shutdown: token,
+                    })
                     .await
                     {
                         eprintln!("{owner}: {e}");

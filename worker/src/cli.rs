@@ -14,7 +14,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
-use crate::coordinator::inbox;
+use crate::coordinator::{inbox, notice_route};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::signals::Signals;
@@ -141,6 +141,7 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
     let advertised = args.advertise_addr.or_else(|| bound.and_then(|b| advertised(b, std::env::var("POD_IP").ok())));
     tracing::info!(address = advertised.as_deref().unwrap_or("-"), "taking handoff notices");
     let (inbox, notices) = inbox(advertised);
+    let notices = notice_route(notices);
     let metrics = Arc::new(Metrics::default());
     let app = health::router(metrics.health(), shutdown.clone()).merge(notices);
     let serving = health::serve_router(listener, app, shutdown.clone());
@@ -149,7 +150,8 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             tracing::error!(error = %e, "/metrics server failed");
         }
     });
-    match runtime::run_taking_notices(config, owner, processors, metrics, shutdown, Some(inbox)).await {
+    let worker = runtime::Worker { config, owner, processors, metrics, shutdown };
+    match runtime::run_taking_notices(worker, Some(inbox)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "worker failed");

@@ -31,31 +31,42 @@ pub enum ConfigError {
         message: String,
     },
     /// The spec breaks one or more rules.
-    #[error("invalid config {path}:\n{}", errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    #[error("invalid config {path}:\n{}", list(errors))]
     Invalid {
         /// The file.
         path: PathBuf,
         /// Every rule broken, each naming its field.
         errors: Vec<FieldError>,
     },
+    /// A spec given as a value (not read from a file) breaks one or more rules.
+    #[error("invalid spec:\n{}", list(errors))]
+    InvalidSpec {
+        /// Every rule broken, each naming its field.
+        errors: Vec<FieldError>,
+    },
 }
 
-/// A validated configuration with everything resolved.
+fn list(errors: &[FieldError]) -> String {
+    errors.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n")
+}
+
+/// A validated configuration with everything resolved: read from a YAML file ([`load`](Self::load)),
+/// YAML text ([`parse`](Self::parse)) or a spec value ([`from_spec`](Self::from_spec)).
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
     /// The spec as written.
-    pub spec: StreamConsumerSpec,
+    pub(crate) spec: StreamConsumerSpec,
     /// Its settings, defaults applied.
-    pub resolved: ResolvedSpec,
+    pub(crate) resolved: ResolvedSpec,
     /// Which streams (or shards) to read.
-    pub selection: StreamSelection,
+    pub(crate) selection: StreamSelection,
     /// The streams named by ARN: stream name -> ARN (their Kinesis calls pass `StreamARN`).
-    pub stream_arns: HashMap<String, String>,
+    pub(crate) stream_arns: HashMap<String, String>,
     /// Where shards without a checkpoint (and without parents) start.
-    pub root_start: Checkpoint,
+    pub(crate) root_start: Checkpoint,
     /// The stream consumer of `reader.mode: fanOut`: `reader.consumerName`, else the lease table's
     /// name, else `leasehold` (the operator writes `reader.consumerName` for its workers).
-    pub consumer_name: String,
+    pub(crate) consumer_name: String,
 }
 
 impl WorkerConfig {
@@ -78,7 +89,15 @@ impl WorkerConfig {
             }
             ConfigError::Parse { path: path.into(), field, message }
         })?;
-        let invalid = |errors| ConfigError::Invalid { path: path.into(), errors };
+        Self::from_spec(spec).map_err(|e| match e {
+            ConfigError::InvalidSpec { errors } => ConfigError::Invalid { path: path.into(), errors },
+            other => other,
+        })
+    }
+
+    /// Validates `spec` (a `StreamConsumer`'s, or one built in code) and resolves its settings.
+    pub fn from_spec(spec: StreamConsumerSpec) -> Result<Self, ConfigError> {
+        let invalid = |errors| ConfigError::InvalidSpec { errors };
         let resolved = spec.validate().map_err(invalid)?;
         let selection = selection(&spec).map_err(|e| invalid(vec![e]))?;
         let root_start = match spec.start_position.unwrap_or(StartPosition::Latest) {
@@ -97,6 +116,16 @@ impl WorkerConfig {
             spec.streams.iter().filter_map(|s| Some((s.stream_name().to_string(), s.arn.clone()?))).collect();
         let consumer_name = spec.consumer_name(None);
         Ok(Self { spec, resolved, selection, stream_arns, root_start, consumer_name })
+    }
+
+    /// The spec as written.
+    pub fn spec(&self) -> &StreamConsumerSpec {
+        &self.spec
+    }
+
+    /// The spec's settings with defaults applied.
+    pub fn resolved(&self) -> &ResolvedSpec {
+        &self.resolved
     }
 }
 
@@ -180,6 +209,21 @@ mod tests {
             parse("streams: [{name: orders}]\nprocessor: {stdout: {}}\nreader: {mode: fanOut, consumerName: 'a b'}")
                 .unwrap_err();
         assert!(err.to_string().contains("spec.reader.consumerName"), "{err}");
+    }
+
+    #[test]
+    fn a_spec_value_is_validated_as_a_file_is() {
+        let spec: StreamConsumerSpec =
+            serde_yaml_ng::from_str("streams: [{name: orders}, {name: orders}]\nprocessor: {stdout: {}}")
+                .expect("spec");
+        let err = WorkerConfig::from_spec(spec).unwrap_err();
+        assert!(matches!(&err, ConfigError::InvalidSpec { .. }), "{err:?}");
+        assert!(err.to_string().contains("spec.streams[1].name"), "{err}");
+        let spec: StreamConsumerSpec =
+            serde_yaml_ng::from_str("streams: [{name: orders}]\nprocessor: {stdout: {}}").expect("spec");
+        let config = WorkerConfig::from_spec(spec).expect("valid");
+        assert_eq!(config.spec().streams.len(), 1);
+        assert_eq!(config.root_start, Checkpoint::Latest);
     }
 
     #[test]

@@ -30,26 +30,32 @@
 //! ```
 
 pub mod aws;
+#[cfg(feature = "cli")]
 mod cli;
-pub mod config;
+mod config;
 mod coordinator;
-pub mod destination;
+mod destination;
 mod discovery;
-pub mod dispatch;
+mod dispatch;
 pub mod health;
+#[doc(hidden)]
+pub mod internals;
 mod kinesis;
-pub mod kpl;
+mod kpl;
 pub mod lease;
-pub mod metrics;
+mod metrics;
 pub mod processor;
 pub mod runtime;
 mod shard;
 pub mod signals;
+pub mod stream_consumer;
 pub mod streams;
 
+#[cfg(feature = "cli")]
 pub use cli::{main, main_with_processor};
-pub use config::WorkerConfig;
+pub use config::{ConfigError, WorkerConfig};
 /// The rule by which a child shard waits for its parents (used by the `leasehold` CLI to show and keep it).
 pub use discovery::parents_done;
 pub use lease::{Checkpoint, LeaseKey};
-pub use processor::{Output, Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart};
+pub use metrics::Metrics;
+pub use processor::{Output, Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart, shared};

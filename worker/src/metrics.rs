@@ -24,69 +24,69 @@ fn label(name: &'static str, value: &str) -> Labels {
 pub struct Metrics {
     registry: Registry,
     /// Records processed successfully.
-    pub records_processed: Counter,
+    pub(crate) records_processed: Counter,
     /// Failed processing attempts (a record failing three times counts three).
-    pub records_failed: Counter,
+    pub(crate) records_failed: Counter,
     /// Attempts retried in place after a failure.
-    pub records_retried: Counter,
+    pub(crate) records_retried: Counter,
     /// Records whose attempts ran out, by what was done with them (`skip`, `requeue`, `deadLetter`).
-    pub records_exhausted: Family<Labels, Counter>,
+    pub(crate) records_exhausted: Family<Labels, Counter>,
     /// Failed records given up at once, without retries, because they were older than
     /// `retry.maxRecordAge` (each also counted in `records_exhausted` under the policy applied).
-    pub records_aged_out: Counter,
+    pub(crate) records_aged_out: Counter,
     /// Records passed over without processing because they do not match `filter` (checkpointed).
-    pub records_filtered: Counter,
+    pub(crate) records_filtered: Counter,
     /// Dead letters an on-failure destination refused or could not take, by destination (`sqs`,
     /// `s3`); each is retried until it is taken, the record's shard waiting meanwhile.
-    pub dead_letter_failures: Family<Labels, Counter>,
+    pub(crate) dead_letter_failures: Family<Labels, Counter>,
     /// Records being processed right now, over all shards.
-    pub records_in_flight: Gauge,
+    pub(crate) records_in_flight: Gauge,
     /// Leases this worker holds.
-    pub leases_held: Gauge,
+    pub(crate) leases_held: Gauge,
     /// Lease renewals that failed (each retried; the lease is lost when its deadline passes).
-    pub renewals_failed: Counter,
+    pub(crate) renewals_failed: Counter,
     /// Leases this worker took over from a holder that stopped renewing them (not handed over).
-    pub lease_takeovers: Counter,
+    pub(crate) lease_takeovers: Counter,
     /// Leases this worker handed over to the worker that asked for them (cooperative handoff).
-    pub lease_handoffs: Counter,
+    pub(crate) lease_handoffs: Counter,
     /// Handoff notices (rows freed at shutdown, told to a peer), by `event`: `sent`, `unsent` (the
     /// peer did not take it; the scans find the rows), `received`, `taken` (a row noticed and taken).
-    pub handoff_notices: Family<Labels, Counter>,
+    pub(crate) handoff_notices: Family<Labels, Counter>,
     /// Checkpoints written.
-    pub checkpoints_written: Counter,
+    pub(crate) checkpoints_written: Counter,
     /// Scans and membership heartbeats that could not use the lease table (retried with backoff).
-    pub lease_table_failures: Counter,
+    pub(crate) lease_table_failures: Counter,
     /// 1 while the lease table does not exist (deleted under the worker), else 0.
-    pub lease_table_missing: Gauge,
+    pub(crate) lease_table_missing: Gauge,
     /// Records whose processing call has run longer than `lease.gracefulTimeout` and not returned.
-    pub records_stuck: Gauge,
+    pub(crate) records_stuck: Gauge,
     /// Milliseconds behind the stream's tip at the last GetRecords or fan-out event, per shard.
-    pub millis_behind_latest: Family<Labels, Gauge>,
+    pub(crate) millis_behind_latest: Family<Labels, Gauge>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
-    pub records_not_deaggregated: Counter,
+    pub(crate) records_not_deaggregated: Counter,
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
     /// record hashing outside the shard, which the KPL puts again to the right shard).
-    pub user_records_skipped: Family<Labels, Counter>,
+    pub(crate) user_records_skipped: Family<Labels, Counter>,
     /// Fan-out subscriptions opened (SubscribeToShard answered).
-    pub fanout_subscriptions: Counter,
+    pub(crate) fanout_subscriptions: Counter,
     /// SubscribeToShard calls refused or failed, by reason (`resource_in_use`, `limit_exceeded`,
     /// `other`); each is retried with backoff.
-    pub fanout_subscribe_failures: Family<Labels, Counter>,
+    pub(crate) fanout_subscribe_failures: Family<Labels, Counter>,
     /// Subscriptions replaced by a new one, by why (`ended`: the service ended it, its 5-minute
     /// lifetime; `idle`: no event within `reader.subscriptionIdleTimeout`; `broken`: the event stream
     /// failed or the connection dropped).
-    pub fanout_subscriptions_replaced: Family<Labels, Counter>,
+    pub(crate) fanout_subscriptions_replaced: Family<Labels, Counter>,
     /// Shards given up (lease released) because no subscription delivered within a lease duration.
-    pub fanout_shards_given_up: Counter,
+    pub(crate) fanout_shards_given_up: Counter,
     /// Checks of a quiet fan-out shard's end with one GetRecords, by outcome (`ended`: closed and read
     /// to its end, finished; `open`; `failed`).
-    pub fanout_end_checks: Family<Labels, Counter>,
+    pub(crate) fanout_end_checks: Family<Labels, Counter>,
     /// Stream consumers this worker registered (it found them absent).
-    pub fanout_consumers_registered: Counter,
+    pub(crate) fanout_consumers_registered: Counter,
     /// GetRecords calls that timed out (each halves its shard's page limit, down to 10).
-    pub get_records_timeouts: Counter,
+    pub(crate) get_records_timeouts: Counter,
     /// A shard's GetRecords page limit while shrunk below `maxRecords` after timeouts, per shard.
-    pub get_records_limit: Family<Labels, Gauge>,
+    pub(crate) get_records_limit: Family<Labels, Gauge>,
     /// True while the coordinator runs (served as `/readyz`).
     ready: AtomicBool,
 }
@@ -259,78 +259,64 @@ impl Metrics {
     }
 
     /// Counts a record whose attempts ran out and to which `policy` was applied.
-    pub fn exhausted(&self, policy: &'static str) {
+    pub(crate) fn exhausted(&self, policy: &'static str) {
         self.records_exhausted.get_or_create(&label("policy", policy)).inc();
     }
 
     /// How many records `policy` was applied to so far.
-    pub fn exhausted_count(&self, policy: &'static str) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn exhausted_count(&self, policy: &'static str) -> u64 {
         self.records_exhausted.get_or_create(&label("policy", policy)).get()
     }
 
     /// Counts a dead letter `destination` did not take.
-    pub fn dead_letter_failed(&self, destination: &'static str) {
+    pub(crate) fn dead_letter_failed(&self, destination: &'static str) {
         self.dead_letter_failures.get_or_create(&label("destination", destination)).inc();
     }
 
-    /// How many dead letters `destination` did not take so far.
-    pub fn dead_letter_failures(&self, destination: &'static str) -> u64 {
-        self.dead_letter_failures.get_or_create(&label("destination", destination)).get()
-    }
-
     /// Counts `count` user records skipped for `reason`.
-    pub fn skipped_user_records(&self, reason: &'static str, count: u64) {
+    pub(crate) fn skipped_user_records(&self, reason: &'static str, count: u64) {
         self.user_records_skipped.get_or_create(&label("reason", reason)).inc_by(count);
     }
 
     /// Counts a failed SubscribeToShard call.
-    pub fn subscribe_failed(&self, reason: &'static str) {
+    pub(crate) fn subscribe_failed(&self, reason: &'static str) {
         self.fanout_subscribe_failures.get_or_create(&label("reason", reason)).inc();
     }
 
-    /// How many SubscribeToShard calls failed for `reason`.
-    pub fn subscribe_failures(&self, reason: &'static str) -> u64 {
-        self.fanout_subscribe_failures.get_or_create(&label("reason", reason)).get()
-    }
-
     /// Counts a subscription replaced for `reason`.
-    pub fn subscription_replaced(&self, reason: &'static str) {
+    pub(crate) fn subscription_replaced(&self, reason: &'static str) {
         self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).inc();
     }
 
-    /// How many subscriptions were replaced for `reason`.
-    pub fn subscriptions_replaced(&self, reason: &'static str) -> u64 {
-        self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).get()
-    }
-
     /// Counts a handoff notice `event` (see [`Metrics::handoff_notices`]).
-    pub fn handoff_noticed(&self, event: &'static str) {
+    pub(crate) fn handoff_noticed(&self, event: &'static str) {
         self.handoff_notices.get_or_create(&label("event", event)).inc();
     }
 
     /// Counts a check of a quiet fan-out shard's end, by `outcome`.
-    pub fn fanout_end_checked(&self, outcome: &'static str) {
+    pub(crate) fn fanout_end_checked(&self, outcome: &'static str) {
         self.fanout_end_checks.get_or_create(&label("outcome", outcome)).inc();
     }
 
     /// Sets how far behind the tip `shard` was at its last read.
-    pub fn behind(&self, shard: &str, millis: i64) {
+    pub(crate) fn behind(&self, shard: &str, millis: i64) {
         self.millis_behind_latest.get_or_create(&label("shard", shard)).set(millis);
     }
 
     /// Sets `shard`'s GetRecords page limit.
-    pub fn page_limit(&self, shard: &str, limit: i32) {
+    pub(crate) fn page_limit(&self, shard: &str, limit: i32) {
         self.get_records_limit.get_or_create(&label("shard", shard)).set(i64::from(limit));
     }
 
     /// Forgets `shard`'s series once this worker no longer reads it.
-    pub fn forget_shard(&self, shard: &str) {
+    pub(crate) fn forget_shard(&self, shard: &str) {
         self.millis_behind_latest.remove(&label("shard", shard));
         self.get_records_limit.remove(&label("shard", shard));
     }
 
     /// Marks the worker ready (its coordinator runs) or not.
-    pub fn set_ready(&self, ready: bool) {
+    pub(crate) fn set_ready(&self, ready: bool) {
         self.ready.store(ready, Ordering::SeqCst);
     }
 

@@ -85,29 +85,30 @@ pub fn processors(
     custom.ok_or(RuntimeError::NoCustomProcessor)
 }
 
-/// Builds the worker described by `config` and runs it, making each shard's processor with
-/// `processors`, until `shutdown` is cancelled; counts into `metrics` (which the caller may serve on
-/// `/metrics`) and marks it ready once the lease store is reachable.
-pub async fn run(
-    config: WorkerConfig,
-    owner: String,
-    processors: Arc<dyn ProcessorFactory>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-) -> Result<(), RuntimeError> {
-    run_taking_notices(config, owner, processors, metrics, shutdown, None).await
+/// Everything [`run`] needs, in one value so a caller names what it passes.
+pub struct Worker {
+    /// The validated configuration.
+    pub config: WorkerConfig,
+    /// The lease owner id (see [`owner_id`]).
+    pub owner: String,
+    /// Makes each shard's processor (see [`processors`]).
+    pub processors: Arc<dyn ProcessorFactory>,
+    /// Counted into while running; the caller may serve it on `/metrics`. Marked ready once the lease
+    /// store is reachable.
+    pub metrics: Arc<Metrics>,
+    /// Cancelled to shut the worker down (leases released, done prefixes checkpointed).
+    pub shutdown: CancellationToken,
+}
+
+/// Builds the worker described by `worker.config` and runs it until `worker.shutdown` is cancelled.
+pub async fn run(worker: Worker) -> Result<(), RuntimeError> {
+    run_taking_notices(worker, None).await
 }
 
 /// [`run`], taking handoff notices from `inbox` (whose route the caller serves at the address the
 /// inbox advertises): peers that shut down tell this worker at once which rows they freed for it.
-pub(crate) async fn run_taking_notices(
-    config: WorkerConfig,
-    owner: String,
-    processors: Arc<dyn ProcessorFactory>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    inbox: Option<HandoffInbox>,
-) -> Result<(), RuntimeError> {
+pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbox>) -> Result<(), RuntimeError> {
+    let Worker { config, owner, processors, metrics, shutdown } = worker;
     if owner.len() > MAX_OWNER_ID_BYTES {
         return Err(RuntimeError::OwnerIdTooLong(owner.len()));
     }

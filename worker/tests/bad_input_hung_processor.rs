@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
-use leasehold_worker::metrics::Metrics;
+use leasehold_worker::Metrics;
 use leasehold_worker::{LeaseKey, Outputs, ProcessError, Record, ShardProcessor, WorkerConfig, runtime};
 use tokio_util::sync::CancellationToken;
 
@@ -58,18 +58,27 @@ fn a_hung_processor_is_reported_stuck_keeps_its_lease_and_is_abandoned_at_shutdo
         let processors = runtime::processors(&custom, "hung-a", Some(Arc::new(factory))).expect("custom processor");
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run(custom, "hung-a".into(), processors, metrics.clone(), shutdown.clone()));
+        let task = tokio::spawn(runtime::run(runtime::Worker {
+            config: custom,
+            owner: "hung-a".into(),
+            processors,
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        }));
 
         let written = records(1, 0, 10);
         put_records(&kinesis, &stream, &written).await;
         eventually("the records before the hung one", Duration::from_secs(30), || done.lock().unwrap().len() == 3)
             .await;
         let hung_since = Instant::now();
-        eventually("the hung record counted as stuck", GRACEFUL * 3, || metrics.records_stuck.get() == 1).await;
+        eventually("the hung record counted as stuck", GRACEFUL * 3, || {
+            counted(&metrics, "leasehold_records_stuck") == 1
+        })
+        .await;
         assert!(hung_since.elapsed() >= GRACEFUL - Duration::from_millis(500), "stuck only after gracefulTimeout");
         // The shard waits with its lease kept (renewals go on): several lease durations later it is still held.
         tokio::time::sleep(Duration::from_secs(5)).await;
-        assert_eq!(metrics.leases_held.get(), 1, "the lease is kept while the record is stuck");
+        assert_eq!(counted(&metrics, "leasehold_leases_held"), 1, "the lease is kept while the record is stuck");
         assert_eq!(
             done.lock().unwrap().clone(),
             vec!["key-0:0", "key-0:1", "key-0:2"],
@@ -84,7 +93,7 @@ fn a_hung_processor_is_reported_stuck_keeps_its_lease_and_is_abandoned_at_shutdo
             .expect("runtime task")
             .expect("runtime");
         assert!(asked.elapsed() < GRACEFUL + Duration::from_secs(2), "stopped in {:?}", asked.elapsed());
-        assert_eq!(metrics.records_stuck.get(), 0, "the abandoned call no longer counts");
+        assert_eq!(counted(&metrics, "leasehold_records_stuck"), 0, "the abandoned call no longer counts");
 
         // The lease was released at the last record done: the next holder takes it at once (no expiry
         // wait) and processes the stuck record and the rest, once each.

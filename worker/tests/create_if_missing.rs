@@ -13,8 +13,8 @@ use async_trait::async_trait;
 use aws_sdk_kinesis::types::{StreamMode, StreamStatus};
 use common::*;
 use leasehold_testkit::kinesis::put_records;
-use leasehold_worker::config::WorkerConfig;
-use leasehold_worker::metrics::Metrics;
+use leasehold_worker::Metrics;
+use leasehold_worker::WorkerConfig;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::runtime;
 use tokio_util::sync::CancellationToken;
@@ -69,13 +69,13 @@ async fn run(emulator: Emulator, stream: &str, create: &str, others: Option<(&st
     let config = WorkerConfig::parse(&yaml, Path::new("test.yaml")).expect("valid config");
     let recording = Arc::new(Recording::default());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(runtime::run(
+    let task = tokio::spawn(runtime::run(runtime::Worker {
         config,
-        "create-test".into(),
-        Arc::new(shared(recording.clone())),
-        Arc::new(Metrics::default()),
-        shutdown.clone(),
-    ));
+        owner: "create-test".into(),
+        processors: Arc::new(shared(recording.clone())),
+        metrics: Arc::new(Metrics::default()),
+        shutdown: shutdown.clone(),
+    }));
     let created = until_active(&client, stream).await;
     if let Some((output, dead, _)) = others {
         until_active(&client, output).await;

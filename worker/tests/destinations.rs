@@ -16,8 +16,8 @@ use async_trait::async_trait;
 use base64::Engine;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
-use leasehold_worker::config::WorkerConfig;
-use leasehold_worker::metrics::Metrics;
+use leasehold_worker::Metrics;
+use leasehold_worker::WorkerConfig;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::runtime;
 use serde_json::Value;
@@ -103,13 +103,13 @@ async fn start(prefix: &str, moto: &str, retry: &str) -> Running {
     let flaky = Arc::new(Flaky::default());
     let metrics = Arc::new(Metrics::default());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(runtime::run(
+    let task = tokio::spawn(runtime::run(runtime::Worker {
         config,
-        "destination-test".into(),
-        Arc::new(shared(flaky.clone())),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+        owner: "destination-test".into(),
+        processors: Arc::new(shared(flaky.clone())),
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+    }));
     Running { flaky, metrics, shutdown, task, stream, written: written.len() }
 }
 
@@ -187,15 +187,25 @@ fn each_destination_receives_each_failed_record_once() {
         let metrics = running.metrics.clone();
         let total = running.written as u64;
         eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
-            metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= total
+            counted(&metrics, "leasehold_records_processed_total")
+                + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
+                >= total
         })
         .await;
         let stream = running.stream.clone();
         let flaky = running.flaky.clone();
         running.stop().await;
-        assert_eq!(metrics.exhausted_count("deadLetter"), KEYS as u64);
-        assert_eq!(metrics.records_processed.get(), total - KEYS as u64, "each other record once");
-        assert_eq!(metrics.dead_letter_failures("sqs") + metrics.dead_letter_failures("s3"), 0);
+        assert_eq!(counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#), KEYS as u64);
+        assert_eq!(
+            counted(&metrics, "leasehold_records_processed_total"),
+            total - KEYS as u64,
+            "each other record once"
+        );
+        assert_eq!(
+            counted(&metrics, r#"leasehold_dead_letter_failures_total{destination="sqs"}"#)
+                + counted(&metrics, r#"leasehold_dead_letter_failures_total{destination="s3"}"#),
+            0
+        );
         for k in 0..KEYS {
             assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), 2);
         }
@@ -251,15 +261,24 @@ async fn missing_destination_blocks(missing: &'static str) {
     .await;
     let metrics = running.metrics.clone();
     eventually("the destination refusing, every record before the failing ones done", Duration::from_secs(30), || {
-        metrics.dead_letter_failures(missing) >= 3 && metrics.records_processed.get() >= 3 * KEYS as u64
+        counted(&metrics, &format!(r#"leasehold_dead_letter_failures_total{{destination="{missing}"}}"#)) >= 3
+            && counted(&metrics, "leasehold_records_processed_total") >= 3 * KEYS as u64
     })
     .await;
     // Refused for a while longer: still nothing passes the failing records.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let total = running.written as u64;
-    assert_eq!(metrics.exhausted_count("deadLetter"), 0, "nothing counted as dead-lettered");
-    assert_eq!(metrics.exhausted_count("skip"), 0, "nothing skipped");
-    assert_eq!(metrics.records_processed.get(), 3 * KEYS as u64, "only the records before each failing one");
+    assert_eq!(
+        counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#),
+        0,
+        "nothing counted as dead-lettered"
+    );
+    assert_eq!(counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#), 0, "nothing skipped");
+    assert_eq!(
+        counted(&metrics, "leasehold_records_processed_total"),
+        3 * KEYS as u64,
+        "only the records before each failing one"
+    );
     for k in 0..KEYS {
         assert_eq!(running.flaky.attempts_on(&format!("key-{k}:4")), 0, "key-{k} waits behind its failing record");
     }
@@ -273,11 +292,13 @@ async fn missing_destination_blocks(missing: &'static str) {
         }
     }
     eventually("everything done once the destination exists", Duration::from_secs(30), || {
-        metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= total
+        counted(&metrics, "leasehold_records_processed_total")
+            + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
+            >= total
     })
     .await;
     running.stop().await;
-    assert_eq!(metrics.exhausted_count("deadLetter"), KEYS as u64);
+    assert_eq!(counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#), KEYS as u64);
     assert_eq!(drain(&sqs, &queue).await.len(), KEYS, "each failed record once on the queue");
     assert_eq!(objects(&s3, &name).await.len(), KEYS, "each failed record once in the bucket");
 }

@@ -13,9 +13,9 @@ use async_trait::async_trait;
 use common::*;
 use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_testkit::kpl::{library_aggregates, put_aggregates};
-use leasehold_worker::config::WorkerConfig;
+use leasehold_worker::Metrics;
+use leasehold_worker::WorkerConfig;
 use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
-use leasehold_worker::metrics::Metrics;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::runtime;
 use tokio_util::sync::CancellationToken;
@@ -84,13 +84,13 @@ async fn run_filtered(prefix: &str, aggregated: bool) {
     let recording = Arc::new(Recording::default());
     let metrics = Arc::new(Metrics::default());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(runtime::run(
+    let task = tokio::spawn(runtime::run(runtime::Worker {
         config,
-        "filter-test".into(),
-        Arc::new(shared(recording.clone())),
-        metrics.clone(),
-        shutdown.clone(),
-    ));
+        owner: "filter-test".into(),
+        processors: Arc::new(shared(recording.clone())),
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+    }));
     let (shard, _, _) = open_shards(&kinesis, &stream).await.remove(0);
     let last = read_shard(&kinesis, &stream, &shard).await.pop().expect("records").sequence_number;
     let store = DynamoLeaseStore::new(dynamodb, &table, LeaseSettings::new("viewer"));
@@ -127,8 +127,12 @@ async fn run_filtered(prefix: &str, aggregated: bool) {
     assert_eq!(seen, wanted, "exactly the matching records, once each");
     let skipped = all.len() - wanted.len();
     assert!(wanted.len() > 10 && skipped > 10, "both kinds: {} matching, {skipped} not", wanted.len());
-    assert_eq!(metrics.records_filtered.get(), skipped as u64, "each record filtered out is counted");
-    assert_eq!(metrics.records_processed.get(), wanted.len() as u64);
+    assert_eq!(
+        counted(&metrics, "leasehold_records_filtered_total"),
+        skipped as u64,
+        "each record filtered out is counted"
+    );
+    assert_eq!(counted(&metrics, "leasehold_records_processed_total"), wanted.len() as u64);
 }
 
 #[test]

@@ -12,7 +12,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use leasehold_testkit::kinesis::{open_shards, read_shard};
 use leasehold_testkit::{create_stream, kinesis_client, kinesis_mock_client};
-use leasehold_worker::kpl::{Deaggregated, HashKeyRange, Producer, deaggregate, for_shard, producer};
+use leasehold_worker::internals::kpl::{Deaggregated, HashKeyRange, Producer, deaggregate, for_shard, producer};
 use serde_json::{Value, json};
 
 fn repo_root() -> PathBuf {

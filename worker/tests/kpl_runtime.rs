@@ -28,7 +28,7 @@ use leasehold_testkit::fanout::FanOutServer;
 use leasehold_testkit::kpl::{LibraryAggregate, library_aggregates};
 use leasehold_testkit::process::{WorkerProcess, wait_for};
 use leasehold_testkit::server::LocalServer;
-use leasehold_worker::kpl::partition_key_hash;
+use leasehold_worker::internals::kpl::partition_key_hash;
 use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
 use serde_json::{Value, json};
 
@@ -311,7 +311,7 @@ async fn corrupted_aggregates_are_delivered_whole_as_plain_records_and_counted()
     *wrong_md5.last_mut().unwrap() ^= 0xFF;
     let body = &aggregates[0].data[4..aggregates[0].data.len() - 16];
     let cut = &body[..body.len() / 2];
-    let mut cut_short = leasehold_worker::kpl::MAGIC.to_vec();
+    let mut cut_short = leasehold_worker::internals::kpl::MAGIC.to_vec();
     cut_short.extend_from_slice(cut);
     cut_short.extend_from_slice(&md5_of(cut));
     put(&kinesis, &stream, "bad-1", None, &wrong_md5).await;

@@ -9,9 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::types::AttributeValue;
+use leasehold_worker::internals::lease::{AttrValue, Attributes};
 use leasehold_worker::lease::{
-    AttrValue, Attributes, Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseKey, LeaseSettings, LeaseStore,
-    ManualClock, MemoryLeaseTable, NewLease,
+    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseKey, LeaseSettings, LeaseStore, ManualClock,
+    MemoryLeaseTable, NewLease,
 };
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -563,7 +564,7 @@ async fn segments_split_the_table_and_watch_expiry_like_a_whole_read<H: Harness>
         a.create_if_absent(&new_lease(&key(shard))).await.unwrap();
     }
     a.heartbeat().await.unwrap();
-    let term = leasehold_worker::lease::term_key("discovery");
+    let term = leasehold_worker::internals::lease::term_key("discovery");
     a.create_if_absent(&new_lease(&term)).await.unwrap();
     let whole = b.list().await.unwrap();
     assert_eq!((whole.leases.len(), whole.members.len(), whole.terms.len()), (40, 1, 1), "a term row is no lease");
@@ -617,7 +618,7 @@ async fn segments_split_the_table_and_watch_expiry_like_a_whole_read<H: Harness>
 
 async fn announcing_moves_only_the_change_rows_counter<H: Harness>(h: &H) {
     let (a, b) = (h.store("a", clock()), h.store("b", clock()));
-    let changes = leasehold_worker::lease::changes_key();
+    let changes = leasehold_worker::internals::lease::changes_key();
     assert!(b.get(&changes).await.unwrap().is_none(), "no row before the first change");
     assert_eq!(b.changes().await.unwrap(), 0, "no change announced yet");
     a.announce().await.unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
-use leasehold_worker::metrics::Metrics;
+use leasehold_worker::Metrics;
 use leasehold_worker::{LeaseKey, Outputs, ProcessError, Record, ShardProcessor, ShardStart, WorkerConfig, runtime};
 use tokio_util::sync::CancellationToken;
 
@@ -86,13 +86,13 @@ fn start(
     let journal = journal.clone();
     let factory = move |shard: &LeaseKey| Noting { shard: shard.clone(), journal: journal.clone(), shutdown_delay };
     let processors = runtime::processors(&config, "lifecycle", Some(Arc::new(factory))).expect("custom processor");
-    let task = tokio::spawn(runtime::run(
+    let task = tokio::spawn(runtime::run(runtime::Worker {
         config,
-        "lifecycle".into(),
+        owner: "lifecycle".into(),
         processors,
-        Arc::new(Metrics::default()),
-        shutdown.clone(),
-    ));
+        metrics: Arc::new(Metrics::default()),
+        shutdown: shutdown.clone(),
+    }));
     (shutdown, tokio::spawn(async move { task.await.expect("runtime task").expect("runtime") }))
 }
 

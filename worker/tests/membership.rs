@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use common::*;
 use leasehold_testkit::process::wait_for;
-use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore, MEMBER_PREFIX};
+use leasehold_worker::internals::lease::MEMBER_PREFIX;
+use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 
 /// Owners with a membership row in the store's table (none while the workers have not created it).
 async fn members(store: &DynamoLeaseStore) -> Vec<String> {

@@ -16,9 +16,9 @@ use async_trait::async_trait;
 use common::*;
 use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_testkit::kpl::{library_aggregates, put_aggregates};
-use leasehold_worker::config::WorkerConfig;
-use leasehold_worker::dispatch::open_requeued;
-use leasehold_worker::metrics::Metrics;
+use leasehold_worker::Metrics;
+use leasehold_worker::WorkerConfig;
+use leasehold_worker::internals::dispatch::open_requeued;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::runtime;
 use tokio_util::sync::CancellationToken;
@@ -78,13 +78,13 @@ impl InProcess {
         let flaky = Arc::new(Flaky::default());
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run(
+        let task = tokio::spawn(runtime::run(runtime::Worker {
             config,
-            "retry-test".into(),
-            Arc::new(shared(flaky.clone())),
-            metrics.clone(),
-            shutdown.clone(),
-        ));
+            owner: "retry-test".into(),
+            processors: Arc::new(shared(flaky.clone())),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+        }));
         let task = tokio::spawn(async move { task.await.expect("runtime task").expect("runtime") });
         Self { flaky, metrics, shutdown, task }
     }
@@ -187,15 +187,21 @@ async fn skip_case(input: Input) {
     );
     let metrics = worker.metrics.clone();
     eventually("every record processed or skipped", Duration::from_secs(30), || {
-        metrics.records_processed.get() + metrics.exhausted_count("skip") >= written.len() as u64
+        counted(&metrics, "leasehold_records_processed_total")
+            + counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#)
+            >= written.len() as u64
     })
     .await;
     let flaky = worker.flaky.clone();
     worker.stop().await;
-    assert_eq!(metrics.exhausted_count("skip"), KEYS as u64, "one failing record per key");
-    assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
-    assert_eq!(metrics.records_failed.get(), 3 * KEYS as u64);
-    assert_eq!(metrics.records_retried.get(), 2 * KEYS as u64);
+    assert_eq!(
+        counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#),
+        KEYS as u64,
+        "one failing record per key"
+    );
+    assert_eq!(counted(&metrics, "leasehold_records_processed_total"), written.len() as u64 - KEYS as u64);
+    assert_eq!(counted(&metrics, "leasehold_records_failed_total"), 3 * KEYS as u64);
+    assert_eq!(counted(&metrics, "leasehold_records_retried_total"), 2 * KEYS as u64);
     for k in 0..KEYS {
         assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), 3, "exactly maxAttempts attempts");
     }
@@ -227,13 +233,15 @@ async fn dead_letter_case(input: Input) {
     );
     let metrics = worker.metrics.clone();
     eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
-        metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= written.len() as u64
+        counted(&metrics, "leasehold_records_processed_total")
+            + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
+            >= written.len() as u64
     })
     .await;
     let flaky = worker.flaky.clone();
     worker.stop().await;
     assert_others_once(&flaky, &written);
-    assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+    assert_eq!(counted(&metrics, "leasehold_records_processed_total"), written.len() as u64 - KEYS as u64);
     let letters = read_stream(&kinesis, &dead).await;
     assert_eq!(letters.len(), KEYS, "one dead letter per failing record");
     let mut seen = Vec::new();
@@ -284,12 +292,14 @@ async fn requeue_case(input: Input) {
     );
     let metrics = worker.metrics.clone();
     // Each failing record: put back three times (the limit), then skipped as no dead-letter stream is set.
-    eventually("every copy exhausted", Duration::from_secs(60), || metrics.exhausted_count("skip") >= KEYS as u64)
-        .await;
+    eventually("every copy exhausted", Duration::from_secs(60), || {
+        counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#) >= KEYS as u64
+    })
+    .await;
     let flaky = worker.flaky.clone();
     worker.stop().await;
-    assert_eq!(metrics.exhausted_count("requeue"), 3 * KEYS as u64);
-    assert_eq!(metrics.records_processed.get(), written.len() as u64 - KEYS as u64);
+    assert_eq!(counted(&metrics, r#"leasehold_records_exhausted_total{policy="requeue"}"#), 3 * KEYS as u64);
+    assert_eq!(counted(&metrics, "leasehold_records_processed_total"), written.len() as u64 - KEYS as u64);
     for k in 0..KEYS {
         let data = format!("key-{k}:3");
         assert_eq!(flaky.attempts_on(&data), 2 * 4, "{data}: 2 attempts on the original and on each of 3 copies");
@@ -334,20 +344,32 @@ async fn block_case(input: Input) {
         (0..KEYS).all(|k| flaky.attempts_on(&format!("key-{k}:3")) >= 4)
     })
     .await;
-    assert_eq!(metrics.records_processed.get(), 3 * KEYS as u64, "only records 0..2 of each key");
+    assert_eq!(
+        counted(&metrics, "leasehold_records_processed_total"),
+        3 * KEYS as u64,
+        "only records 0..2 of each key"
+    );
     for k in 0..KEYS {
         assert_eq!(flaky.attempts_on(&format!("key-{k}:4")), 0, "key-{k}: a later record ran past a blocked one");
     }
     flaky.healed.store(true, Ordering::SeqCst);
     eventually("everything processed once healed", Duration::from_secs(30), || {
-        metrics.records_processed.get() >= written.len() as u64
+        counted(&metrics, "leasehold_records_processed_total") >= written.len() as u64
     })
     .await;
     worker.stop().await;
-    assert_eq!(metrics.exhausted_count("skip") + metrics.exhausted_count("requeue"), 0);
+    assert_eq!(
+        counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#)
+            + counted(&metrics, r#"leasehold_records_exhausted_total{policy="requeue"}"#),
+        0
+    );
     assert_key_order(&flaky, true);
     assert_others_once(&flaky, &written);
-    assert_eq!(metrics.records_processed.get(), written.len() as u64, "each record processed once");
+    assert_eq!(
+        counted(&metrics, "leasehold_records_processed_total"),
+        written.len() as u64,
+        "each record processed once"
+    );
 }
 
 /// `retry.maxRecordAge`: records written, then eight seconds later more records; with a 5 s limit the
@@ -382,16 +404,22 @@ fn max_record_age_dead_letters_an_old_failing_record_without_retrying() {
         let metrics = worker.metrics.clone();
         let total = (old.len() + young.len()) as u64;
         eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
-            metrics.records_processed.get() + metrics.exhausted_count("deadLetter") >= total
+            counted(&metrics, "leasehold_records_processed_total")
+                + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
+                >= total
         })
         .await;
         let flaky = worker.flaky.clone();
         worker.stop().await;
         let written: Vec<_> = old.iter().chain(&young).cloned().collect();
         assert_others_once(&flaky, &written);
-        assert_eq!(metrics.records_processed.get(), total - KEYS as u64);
-        assert_eq!(metrics.records_aged_out.get(), 3, "the old failing records");
-        assert_eq!(metrics.records_retried.get(), 2 * 2, "two retries for each young failing record");
+        assert_eq!(counted(&metrics, "leasehold_records_processed_total"), total - KEYS as u64);
+        assert_eq!(counted(&metrics, "leasehold_records_aged_out_total"), 3, "the old failing records");
+        assert_eq!(
+            counted(&metrics, "leasehold_records_retried_total"),
+            2 * 2,
+            "two retries for each young failing record"
+        );
         for k in 0..KEYS {
             let expected = if k < 3 { 1 } else { 3 };
             assert_eq!(flaky.attempts_on(&format!("key-{k}:3")), expected, "key-{k}");

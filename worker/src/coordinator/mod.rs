@@ -26,7 +26,9 @@ use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
-pub use notices::{HandoffInbox, inbox};
+pub use notices::HandoffInbox;
+#[cfg(feature = "cli")]
+pub use notices::{inbox, route as notice_route};
 use notices::{Handoffs, Peers};
 use outage::TableOutage;
 use running::beat;

@@ -6,11 +6,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{Request, StatusCode, header};
-use axum::routing::post;
+use bytes::Bytes;
+#[cfg(feature = "cli")]
+use http::StatusCode;
+use http::{Request, header};
 use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -31,6 +30,7 @@ pub const NOTICE_PATH: &str = "/v1/handoff";
 const SEND_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// Notices waiting for the coordinator; more are refused (the scans find the rows anyway).
+#[cfg(feature = "cli")]
 const INBOX_CAPACITY: usize = 64;
 
 /// What a releasing worker tells a peer.
@@ -50,22 +50,39 @@ pub struct HandoffInbox {
     pub(crate) address: Option<String>,
 }
 
-/// A notice inbox advertised at `address` and the route (`POST` [`NOTICE_PATH`]) that fills it, to
-/// merge into the router serving `/metrics` there.
-pub fn inbox(address: Option<String>) -> (HandoffInbox, Router) {
+/// A notice inbox advertised at `address`, and the sender its endpoint fills it through.
+#[cfg(feature = "cli")]
+pub fn inbox(address: Option<String>) -> (HandoffInbox, mpsc::Sender<HandoffNotice>) {
     let (sender, notices) = mpsc::channel(INBOX_CAPACITY);
-    let route = Router::new().route(NOTICE_PATH, post(receive)).with_state(sender);
-    (HandoffInbox { notices, address }, route)
+    (HandoffInbox { notices, address }, sender)
 }
 
-async fn receive(State(inbox): State<mpsc::Sender<HandoffNotice>>, body: Bytes) -> (StatusCode, &'static str) {
-    let Ok(notice) = serde_json::from_slice::<HandoffNotice>(&body) else {
+/// The route (`POST` [`NOTICE_PATH`]) that fills an inbox through `sender`, to merge into the router
+/// serving `/metrics`.
+#[cfg(feature = "cli")]
+pub fn route(sender: mpsc::Sender<HandoffNotice>) -> axum::Router {
+    axum::Router::new().route(NOTICE_PATH, axum::routing::post(receive)).with_state(sender)
+}
+
+/// Answers a notice: 202 once queued for the coordinator, 400 for a body that is not one, 503 when the
+/// coordinator takes no more (the scans find the rows anyway).
+#[cfg(feature = "cli")]
+fn answer(inbox: &mpsc::Sender<HandoffNotice>, body: &[u8]) -> (StatusCode, &'static str) {
+    let Ok(notice) = serde_json::from_slice::<HandoffNotice>(body) else {
         return (StatusCode::BAD_REQUEST, "expected {\"from\": owner, \"leases\": [lease_key...]}");
     };
     match inbox.try_send(notice) {
         Ok(()) => (StatusCode::ACCEPTED, "accepted"),
         Err(_) => (StatusCode::SERVICE_UNAVAILABLE, "not taking notices"),
     }
+}
+
+#[cfg(feature = "cli")]
+async fn receive(
+    axum::extract::State(inbox): axum::extract::State<mpsc::Sender<HandoffNotice>>,
+    body: Bytes,
+) -> (StatusCode, &'static str) {
+    answer(&inbox, &body)
 }
 
 /// A live peer that takes notices, with the leases it held when the table was last read.
@@ -272,9 +289,22 @@ mod tests {
         assert!(peers.assign([leases[0].key.clone()]).is_empty());
     }
 
+    #[cfg(feature = "cli")]
+    #[test]
+    fn answers_say_queued_malformed_or_full() {
+        let (inbox, sender) = inbox(None);
+        let notice = br#"{"from": "me", "leases": ["s:shardId-000000000001"]}"#;
+        assert_eq!(answer(&sender, notice).0, StatusCode::ACCEPTED);
+        assert_eq!(answer(&sender, b"{").0, StatusCode::BAD_REQUEST);
+        drop(inbox);
+        assert_eq!(answer(&sender, notice).0, StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[cfg(feature = "cli")]
     #[tokio::test]
     async fn a_notice_posted_reaches_the_inbox_and_garbage_is_refused() {
-        let (mut inbox, route) = inbox(None);
+        let (mut inbox, sender) = inbox(None);
+        let route = route(sender);
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("address").to_string();
         tokio::spawn(async move { axum::serve(listener, route).await });

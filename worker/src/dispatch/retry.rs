@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use base64::Engine;
 use bytes::Bytes;
 use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{OnExhausted, ResolvedSpec};
@@ -15,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::requeue::{self, History};
 use crate::destination::Destination;
 use crate::metrics::Metrics;
-use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
+use crate::processor::{Outputs, ProcessError, Record, RecordJson, ShardProcessor};
 
 /// What happens when processing a record fails (`spec.retry`).
 #[derive(Debug, Clone)]
@@ -90,23 +89,15 @@ impl Outcome {
     }
 }
 
-/// The document written to the dead-letter stream (JSON), keyed by the record's partition key.
+/// The document written to the dead-letter stream (JSON), keyed by the record's partition key: the
+/// record's fields as the stdout processor prints them, and why it is here.
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct DeadLetter<'a> {
-    stream: &'a str,
-    shard_id: &'a str,
-    sequence_number: &'a str,
-    /// A user record's position in its KPL aggregate.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sub_sequence_number: Option<u32>,
-    partition_key: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    explicit_hash_key: Option<&'a str>,
+    #[serde(flatten)]
+    record: RecordJson<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     arrival_ms: Option<i64>,
-    /// The original payload, base64.
-    data: String,
     attempts: u32,
     requeues: u32,
     error: &'a str,
@@ -141,7 +132,7 @@ impl Drop for InFlight<'_> {
 }
 
 impl Runner {
-    /// A runner with the default policy (see [`RetryPolicy::default`]) and no publisher.
+    /// A runner with the default policy (see `RetryPolicy::default`) and no publisher.
     pub fn new(metrics: Arc<Metrics>) -> Self {
         let stuck_after = ResolvedSpec::default().durations.graceful_timeout;
         Self {
@@ -186,7 +177,7 @@ impl Runner {
         self
     }
 
-    /// Processes only records matching `filter`; the others end [`Outcome::Filtered`] at once.
+    /// Processes only records matching `filter`; the others end `Outcome::Filtered` at once.
     pub fn with_filter(mut self, filter: RecordFilter) -> Self {
         self.filter = Some(filter);
         self
@@ -345,14 +336,8 @@ impl Runner {
             }
             OnExhausted::DeadLetter => {
                 let letter = DeadLetter {
-                    stream: &record.stream,
-                    shard_id: &record.shard_id,
-                    sequence_number: &record.sequence_number,
-                    sub_sequence_number: record.sub_sequence_number,
-                    partition_key: &record.partition_key,
-                    explicit_hash_key: record.explicit_hash_key.as_deref(),
+                    record: RecordJson::from(record),
                     arrival_ms: record.arrival_ms,
-                    data: base64::engine::general_purpose::STANDARD.encode(&record.data),
                     attempts: history.attempts,
                     requeues: history.requeues,
                     error: &error.message,

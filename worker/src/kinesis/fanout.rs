@@ -16,6 +16,7 @@ use tokio::sync::OnceCell;
 
 use super::{Kinesis, KinesisError, Result, StartAt};
 use crate::processor::Record;
+use crate::stream_consumer::{self, Found, StreamConsumerError};
 
 /// How long a consumer registration is waited on to become ACTIVE (the service takes seconds).
 const ACTIVE_WAIT: Duration = Duration::from_secs(120);
@@ -184,56 +185,29 @@ impl Kinesis {
         let name = consumers.name();
         let deadline = tokio::time::Instant::now() + ACTIVE_WAIT;
         loop {
-            let described = self
-                .client
-                .describe_stream_consumer()
-                .stream_arn(&stream_arn)
-                .consumer_name(name)
-                .send()
-                .await
-                .map_err(|e| KinesisError::from_sdk(e, stream));
-            match described {
-                Ok(out) => {
-                    if let Some(consumer) = out.consumer_description {
-                        if consumer.consumer_status == ConsumerStatus::Active {
-                            tracing::info!(
-                                stream,
-                                consumer = name,
-                                arn = consumer.consumer_arn,
-                                "stream consumer active"
-                            );
-                            return Ok(consumer.consumer_arn);
-                        }
-                        tracing::info!(stream, consumer = name, status = %consumer.consumer_status, "waiting for the stream consumer to be ACTIVE");
+            let found = stream_consumer::describe_or_register(&self.client, &stream_arn, name).await;
+            if let Ok(Found::Registered { .. }) = &found {
+                consumers.registered.inc();
+                tracing::info!(stream, consumer = name, "stream consumer registered");
+            }
+            match found {
+                Ok(Found::Described { arn, status } | Found::Registered { arn, status }) => {
+                    if status == ConsumerStatus::Active {
+                        tracing::info!(stream, consumer = name, arn, "stream consumer active");
+                        return Ok(arn);
                     }
+                    tracing::info!(stream, consumer = name, status = %status, "waiting for the stream consumer to be ACTIVE");
                 }
-                Err(KinesisError::StreamNotFound { .. }) => {
-                    // No such consumer (the stream itself was just described): register it.
-                    let registered = self
-                        .client
-                        .register_stream_consumer()
-                        .stream_arn(&stream_arn)
-                        .consumer_name(name)
-                        .send()
-                        .await
-                        .map_err(|e| KinesisError::from_sdk(e, stream));
-                    match registered {
-                        Ok(_) => {
-                            consumers.registered.inc();
-                            tracing::info!(stream, consumer = name, "stream consumer registered");
-                        }
-                        // Another worker registered it first.
-                        Err(KinesisError::ResourceInUse(_)) => {}
-                        Err(e) if e.is_retryable() => {
-                            tracing::info!(stream, consumer = name, error = %e, "registering the stream consumer failed; retrying")
-                        }
-                        Err(e) => return Err(e),
+                Ok(Found::RegisteredByAnother) => {}
+                Err(StreamConsumerError::Empty(action)) => {
+                    tracing::info!(stream, consumer = name, action, "no stream consumer in the answer; retrying");
+                }
+                Err(StreamConsumerError::Call { action, fault }) => match KinesisError::from_fault(fault, stream) {
+                    e if e.is_retryable() => {
+                        tracing::info!(stream, consumer = name, action, error = %e, "stream consumer call failed; retrying")
                     }
-                }
-                Err(e) if e.is_retryable() => {
-                    tracing::info!(stream, consumer = name, error = %e, "describing the stream consumer failed; retrying")
-                }
-                Err(e) => return Err(e),
+                    e => return Err(e),
+                },
             }
             if tokio::time::Instant::now() >= deadline {
                 return Err(KinesisError::Service {

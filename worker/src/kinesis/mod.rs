@@ -81,9 +81,17 @@ impl KinesisError {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        let fault = crate::aws::classify(&error);
+        Self::from_fault(crate::aws::classify(&error), stream)
+    }
+
+    /// The error of a call on `stream` that met `fault`.
+    fn from_fault(fault: Fault, stream: &str) -> Self {
         if fault.is_throttling() {
-            return KinesisError::Throttled(error.message().unwrap_or("throttled").to_string());
+            let message = match fault {
+                Fault::Service { message, .. } if !message.is_empty() => message,
+                _ => "throttled".to_string(),
+            };
+            return KinesisError::Throttled(message);
         }
         match fault {
             Fault::Timeout => KinesisError::TimedOut,

@@ -18,7 +18,7 @@ mod key;
 mod memory;
 mod observer;
 mod renewal;
-mod row;
+pub(crate) mod row;
 mod settings;
 
 use async_trait::async_trait;
@@ -31,10 +31,11 @@ pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
-pub use row::{
-    AttrValue, Attributes, Lease, MEMBER_PREFIX, Malformed, Member, NewLease, TERM_PREFIX, attr, changes_key, term_key,
-};
-pub use settings::{LeaseSettings, unique_owner_id};
+pub use row::{Lease, Malformed, Member, NewLease};
+// The row format: crate-private; the workspace's tools reach it through `crate::internals::lease`.
+pub(crate) use row::{changes_key, term_key};
+pub use settings::LeaseSettings;
+pub(crate) use settings::unique_owner_id;
 
 /// Where a listing continues: the raw `lease_key` of the last row of the previous page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +50,7 @@ pub struct LeasePage {
     pub malformed: Vec<Malformed>,
     /// Membership rows of workers (see [`LeaseStore::heartbeat`]).
     pub members: Vec<Member>,
-    /// Term rows (see [`TERM_PREFIX`]): roles held by one worker at a time, observed like leases.
+    /// Term rows (see `TERM_PREFIX` in the row format): roles held by one worker at a time, observed like leases.
     pub terms: Vec<Lease>,
     /// Where the next page starts; `None` on the last page.
     pub next: Option<PageToken>,
@@ -77,7 +78,7 @@ impl LeasePage {
 }
 
 /// Rows read per page by [`LeaseStore::list`].
-pub const DEFAULT_PAGE_SIZE: i32 = 100;
+pub(crate) const DEFAULT_PAGE_SIZE: i32 = 100;
 
 /// Rows read per page by [`LeaseStore::list_segment`]: large, since a Scan page costs its rows' total
 /// size rounded up to 4 KB, so fewer pages waste less (DynamoDB still stops a page at 1 MB).

@@ -64,8 +64,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use axum::http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -155,8 +155,7 @@ enum Unanswered {
 impl HttpProcessor {
     /// A processor POSTing to `url`, each exchange bounded by `timeout`.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, HttpProcessorError> {
-        let url: Uri =
-            url.parse().map_err(|e: axum::http::uri::InvalidUri| HttpProcessorError::BadUrl(e.to_string()))?;
+        let url: Uri = url.parse().map_err(|e: http::uri::InvalidUri| HttpProcessorError::BadUrl(e.to_string()))?;
         if url.scheme_str() != Some("http") {
             return Err(HttpProcessorError::UnsupportedScheme(url.to_string()));
         }

@@ -5,6 +5,7 @@
 mod http;
 mod multilang;
 mod output;
+mod record_json;
 mod stdout;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use crate::lease::{Checkpoint, LeaseKey};
 pub use http::{BATCH_CONTENT_TYPE, EVENT_TYPE, HttpBatching, HttpProcessor, HttpProcessorError};
 pub use multilang::MultilangProcessor;
 pub use output::{Output, Outputs};
+pub(crate) use record_json::RecordJson;
 pub use stdout::StdoutProcessor;
 
 /// One record as handed to a processor: a Kinesis record, or one user record of a KPL aggregate.
@@ -79,8 +81,9 @@ pub struct ShardStart {
 ///
 /// Calls, in order: [`initialize`](Self::initialize) once; [`process`](Self::process) for every
 /// record (up to `concurrency` at once, never two of one partition key at once with `ordering: key`);
-/// then exactly one of [`shard_ended`](Self::shard_ended), [`shutdown_requested`](Self::shutdown_requested)
-/// or [`lease_lost`](Self::lease_lost), bounded by `lease.gracefulTimeout`. A record may be processed
+/// then exactly one of [`shard_ended`](Self::shard_ended), [`shutdown_requested`](Self::shutdown_requested),
+/// [`shard_failed`](Self::shard_failed) or [`lease_lost`](Self::lease_lost), bounded by
+/// `lease.gracefulTimeout`. A record may be processed
 /// again after a crash or a lost lease (delivery is at-least-once across crashes).
 ///
 /// ```
@@ -110,9 +113,18 @@ pub trait ShardProcessor: Send + Sync {
     /// children are read next, possibly by other workers.
     async fn shard_ended(&self) {}
 
-    /// The worker gives the shard up (a handoff, a shutdown, or the shard cannot be read any more):
-    /// the records running have finished and the done prefix will be checkpointed after this call.
+    /// The worker was asked to give the shard up (a handoff, a shutdown): the records running have
+    /// finished and the done prefix will be checkpointed after this call.
     async fn shutdown_requested(&self) {}
+
+    /// The worker gives the shard up because it cannot be read any more (`reason`: its stream is gone,
+    /// say): the records running have finished and the done prefix will be checkpointed after this
+    /// call, as after [`shutdown_requested`](Self::shutdown_requested), which is what it does unless
+    /// overridden.
+    async fn shard_failed(&self, reason: &str) {
+        let _ = reason;
+        self.shutdown_requested().await
+    }
 
     /// Another worker holds the shard now: nothing more is checkpointed, and records not yet
     /// checkpointed will be delivered to the new holder again.
@@ -196,7 +208,65 @@ impl<P: ShardProcessor + ?Sized> ShardProcessor for Arc<P> {
         self.as_ref().shutdown_requested().await
     }
 
+    async fn shard_failed(&self, reason: &str) {
+        self.as_ref().shard_failed(reason).await
+    }
+
     async fn lease_lost(&self) {
         self.as_ref().lease_lost().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Notes the closing hooks it is told.
+    #[derive(Default)]
+    struct Closings(Mutex<Vec<String>>);
+
+    #[async_trait]
+    impl ShardProcessor for Closings {
+        async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+            Ok(())
+        }
+
+        async fn shutdown_requested(&self) {
+            self.0.lock().unwrap().push("shutdown_requested".into());
+        }
+    }
+
+    /// Tells a failure apart from a request to stop.
+    #[derive(Default)]
+    struct FailureAware(Closings);
+
+    #[async_trait]
+    impl ShardProcessor for FailureAware {
+        async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> Result<(), ProcessError> {
+            Ok(())
+        }
+
+        async fn shutdown_requested(&self) {
+            self.0.shutdown_requested().await
+        }
+
+        async fn shard_failed(&self, reason: &str) {
+            self.0.0.lock().unwrap().push(format!("shard_failed: {reason}"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_shard_is_a_shutdown_request_unless_the_processor_tells_them_apart() {
+        let plain = Arc::new(Closings::default());
+        plain.shard_failed("stream deleted").await;
+        assert_eq!(*plain.0.lock().unwrap(), ["shutdown_requested"]);
+
+        let aware = Arc::new(FailureAware::default());
+        let shared_copy: Arc<dyn ShardProcessor> = Arc::new(aware.clone());
+        shared_copy.shard_failed("stream deleted").await;
+        shared_copy.shutdown_requested().await;
+        assert_eq!(*aware.0.0.lock().unwrap(), ["shard_failed: stream deleted", "shutdown_requested"]);
     }
 }

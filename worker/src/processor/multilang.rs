@@ -8,7 +8,8 @@
 //! taking other leases. Dropping the shard's processor (an abandoned reader) ends the task and the
 //! child with it, so no child outlives its lease.
 //!
-//! Messages sent: `initialize`, `processRecords`, `shutdownRequested` (graceful revoke), `leaseLost`,
+//! Messages sent: `initialize`, `processRecords`, `shutdownRequested` (graceful revoke, and a shard
+//! given up because it cannot be read), `leaseLost`,
 //! `shardEnded`. A `processRecords` message carries every record of the shard that is waiting when the
 //! child is free: one at a time with `ordering: shard` (or `concurrency: 1`), up to `concurrency`
 //! records with `ordering: key` or `none` (distinct keys with `key`), in the order they were handed
@@ -391,6 +392,13 @@ impl ShardProcessor for MultilangShard {
     }
 
     async fn shutdown_requested(&self) {
+        self.finish("shutdownRequested").await;
+    }
+
+    async fn shard_failed(&self, _reason: &str) {
+        // The KCL protocol has no failure action. The done prefix is still checkpointed, which is what
+        // `shutdownRequested` promises (the child may checkpoint); `leaseLost` would forbid it and
+        // `shardEnded` would claim the shard was read to its end.
         self.finish("shutdownRequested").await;
     }
 

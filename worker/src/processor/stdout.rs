@@ -3,9 +3,9 @@
 use std::io::Write;
 
 use async_trait::async_trait;
-use base64::Engine;
 use serde::Serialize;
 
+use super::record_json::RecordJson;
 use super::{Outputs, ProcessError, Record, ShardProcessor};
 
 /// Prints `{"stream","shardId","sequenceNumber","partitionKey","data" (base64),"owner"}` per record;
@@ -17,17 +17,9 @@ pub struct StdoutProcessor {
 }
 
 #[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
 struct Line<'a> {
-    stream: &'a str,
-    shard_id: &'a str,
-    sequence_number: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    sub_sequence_number: Option<u32>,
-    partition_key: &'a str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    explicit_hash_key: Option<&'a str>,
-    data: String,
+    #[serde(flatten)]
+    record: RecordJson<'a>,
     owner: &'a str,
 }
 
@@ -39,16 +31,7 @@ impl StdoutProcessor {
 
     /// The JSON line for `record`, without the newline.
     pub fn line(&self, record: &Record) -> Result<String, ProcessError> {
-        let line = Line {
-            stream: &record.stream,
-            shard_id: &record.shard_id,
-            sequence_number: &record.sequence_number,
-            sub_sequence_number: record.sub_sequence_number,
-            partition_key: &record.partition_key,
-            explicit_hash_key: record.explicit_hash_key.as_deref(),
-            data: base64::engine::general_purpose::STANDARD.encode(&record.data),
-            owner: &self.owner,
-        };
+        let line = Line { record: RecordJson::from(record), owner: &self.owner };
         serde_json::to_string(&line).map_err(|e| ProcessError::permanent(e.to_string()))
     }
 }

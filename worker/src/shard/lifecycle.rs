@@ -7,9 +7,9 @@ use crate::processor::ShardStart;
 
 /// Reads the shard with its processor, calling the processor's lifecycle hooks; returns how it ended.
 ///
-/// Hooks: `Ended` → `shard_ended`; `Stopped` (handoff, shutdown) and `Failed` (the shard cannot be
-/// read: the worker gives it up, checkpointing what is done) → `shutdown_requested`; `Lost` →
-/// `lease_lost`. Dropping the returned future (a reader abandoned at the shutdown deadline) drops the
+/// Hooks: `Ended` → `shard_ended`; `Stopped` (handoff, shutdown) → `shutdown_requested`; `Failed` (the
+/// shard cannot be read: the worker gives it up, checkpointing what is done) → `shard_failed`; `Lost`
+/// → `lease_lost`. Dropping the returned future (a reader abandoned at the shutdown deadline) drops the
 /// processor, which must then let go of what it holds.
 pub async fn run_shard(reader: ShardReader) -> ShardExit {
     let processor = reader.processor.clone();
@@ -20,7 +20,8 @@ pub async fn run_shard(reader: ShardReader) -> ShardExit {
     let exit = reader.run().await;
     let (hook, closing) = match &exit {
         ShardExit::Ended => ("shard_ended", processor.shard_ended()),
-        ShardExit::Stopped { .. } | ShardExit::Failed { .. } => ("shutdown_requested", processor.shutdown_requested()),
+        ShardExit::Stopped { .. } => ("shutdown_requested", processor.shutdown_requested()),
+        ShardExit::Failed { reason, .. } => ("shard_failed", processor.shard_failed(reason)),
         ShardExit::Lost => ("lease_lost", processor.lease_lost()),
     };
     if tokio::time::timeout(timeout, closing).await.is_err() {

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::Path;
 
 use leasehold_testkit::process::{Delivery, WorkerProcess};
+use leasehold_worker::Metrics;
 
 /// Timing for tests: short leases so failover is quick, fast scans so balancing is too.
 pub const FAST_TIMING: &str = "lease: {duration: 2s, renewInterval: 500ms, scanInterval: 250ms, shardSyncInterval: 1s, \
@@ -496,4 +497,14 @@ async fn try_metric(worker: &WorkerProcess, name: &str) -> Result<f64, String> {
     let address = worker.metrics_addr().expect("address");
     let (_, body) = leasehold_testkit::server::http_get(&address, "/metrics").await;
     body.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.trim().parse().ok())).ok_or(body)
+}
+
+/// The value of the series `series` (with its labels, e.g. `leasehold_records_exhausted_total{policy="skip"}`)
+/// as an in-process worker's `metrics` encode it for `/metrics`; 0 for a series not counted yet (a
+/// family shows only the labels it has seen). Metrics' fields are the worker crate's own: tests read
+/// what an operator would.
+pub fn counted(metrics: &Metrics, series: &str) -> u64 {
+    let text = metrics.encode();
+    let value = text.lines().find_map(|line| line.strip_prefix(series)?.strip_prefix(' ')?.trim().parse::<f64>().ok());
+    value.unwrap_or(0.0) as u64
 }

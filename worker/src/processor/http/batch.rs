@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use axum::http::{Method, Request, header};
 use base64::Engine;
 use bytes::Bytes;
+use http::{Method, Request, header};
 use http_body_util::Full;
 use serde_json::{Map, Value};
 use tokio::sync::{mpsc, oneshot};

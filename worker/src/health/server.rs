@@ -1,70 +1,13 @@
-//! The HTTP endpoints every Leasehold binary serves: `/metrics` (OpenMetrics text), `/healthz` (the
-//! process answers) and `/readyz` (what the binary's readiness source says, and never once shutdown
-//! began). One module for the worker and the operator, so probes and scrapes behave the same.
-//!
-//! ```no_run
-//! # async fn run() -> std::io::Result<()> {
-//! use std::sync::Arc;
-//! use std::sync::atomic::{AtomicBool, Ordering};
-//! use leasehold_worker::health::{self, Health};
-//! use prometheus_client::registry::Registry;
-//! use tokio_util::sync::CancellationToken;
-//!
-//! let registry = Arc::new(Registry::with_prefix("my_app"));
-//! let ready = Arc::new(AtomicBool::new(false));
-//! let readiness = ready.clone();
-//! let health = Health::from_registry(registry, move || readiness.load(Ordering::SeqCst));
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9090").await?;
-//! let shutdown = CancellationToken::new();
-//! tokio::spawn(health::serve(listener, health, shutdown.clone()));
-//! ready.store(true, Ordering::SeqCst);
-//! # Ok(()) }
-//! ```
-
-use std::fmt;
-use std::sync::Arc;
+//! The endpoints' HTTP server (axum).
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
-use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
-/// Content type of the OpenMetrics text exposition.
-pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-type Encoder = dyn Fn(&mut String) -> fmt::Result + Send + Sync;
-type ReadinessSource = dyn Fn() -> bool + Send + Sync;
-
-/// What the endpoints answer: the metrics text and whether the binary is ready.
-#[derive(Clone)]
-pub struct Health {
-    encode: Arc<Encoder>,
-    ready: Arc<ReadinessSource>,
-}
-
-impl fmt::Debug for Health {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Health").field("ready", &(self.ready)()).finish_non_exhaustive()
-    }
-}
-
-impl Health {
-    /// Endpoints whose `/metrics` writes with `encode` and whose `/readyz` asks `ready`.
-    pub fn new(
-        encode: impl Fn(&mut String) -> fmt::Result + Send + Sync + 'static,
-        ready: impl Fn() -> bool + Send + Sync + 'static,
-    ) -> Self {
-        Self { encode: Arc::new(encode), ready: Arc::new(ready) }
-    }
-
-    /// Endpoints serving every metric of `registry`.
-    pub fn from_registry(registry: Arc<Registry>, ready: impl Fn() -> bool + Send + Sync + 'static) -> Self {
-        Self::new(move |out| prometheus_client::encoding::text::encode(out, &registry), ready)
-    }
-}
+use super::{Health, OPENMETRICS_CONTENT_TYPE};
 
 #[derive(Clone)]
 struct Shared {
@@ -73,16 +16,15 @@ struct Shared {
 }
 
 async fn metrics(State(shared): State<Shared>) -> impl IntoResponse {
-    let mut body = String::new();
-    match (shared.health.encode)(&mut body) {
-        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body),
+    match shared.health.metrics_text() {
+        Ok(body) => (StatusCode::OK, [(header::CONTENT_TYPE, OPENMETRICS_CONTENT_TYPE)], body),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
     }
 }
 
 async fn ready(State(shared): State<Shared>) -> impl IntoResponse {
     // A process that is stopping must leave its Service's endpoints at once, whatever the source says.
-    if !shared.shutdown.is_cancelled() && (shared.health.ready)() {
+    if !shared.shutdown.is_cancelled() && shared.health.is_ready() {
         (StatusCode::OK, "ready")
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, "not ready")
@@ -117,11 +59,13 @@ pub async fn serve_router(
 
 #[cfg(test)]
 mod tests {
-    use std::fmt::Write as _;
+    use std::fmt::{self, Write as _};
+    use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
     use prometheus_client::metrics::counter::Counter;
+    use prometheus_client::registry::Registry;
 
     use super::*;
 

@@ -1,0 +1,20 @@
+//! What the workspace's own crates, tests and benches reach that is not the worker's public API: the
+//! dispatcher, KPL aggregates and the lease rows' format. Hidden from the docs, with no stability
+//! promise; an embedder has no use for it.
+
+/// The record dispatcher and runner (the dispatch benchmark drives them without a worker).
+pub mod dispatch {
+    pub use crate::dispatch::{DispatchSettings, Dispatcher, Runner, open_requeued};
+}
+
+/// KPL aggregated records: reading them (the CLI's import of KCL checkpoints) and making them (tests
+/// and benches).
+pub mod kpl {
+    pub use crate::kpl::*;
+}
+
+/// The lease table's row format: attribute names, membership and term rows (the CLI reads and writes
+/// rows; tests look at them).
+pub mod lease {
+    pub use crate::lease::row::{AttrValue, Attributes, MEMBER_PREFIX, TERM_PREFIX, attr, changes_key, term_key};
+}

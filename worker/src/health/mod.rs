@@ -29,7 +29,7 @@ use prometheus_client::registry::Registry;
 #[cfg(feature = "cli")]
 mod server;
 #[cfg(feature = "cli")]
-pub use server::{router, serve};
+pub use server::{router, serve, serve_router};
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

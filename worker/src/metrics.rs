@@ -289,7 +289,7 @@ impl Metrics {
         self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).inc();
     }
 
-    /// Counts a handoff notice `event` (see [`Metrics::handoff_notices`]).
+    /// Counts a handoff notice `event` (see `handoff_notices`).
     pub(crate) fn handoff_noticed(&self, event: &'static str) {
         self.handoff_notices.get_or_create(&label("event", event)).inc();
     }

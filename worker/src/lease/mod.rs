@@ -32,7 +32,7 @@ pub use key::LeaseKey;
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
 pub use row::{Lease, Malformed, Member, NewLease};
-// The row format: crate-private; the workspace's tools reach it through `crate::internals::lease`.
+// The row format: crate-private; the workspace's tools reach it through the hidden internals module.
 pub(crate) use row::{changes_key, term_key};
 pub use settings::LeaseSettings;
 pub(crate) use settings::unique_owner_id;

@@ -16,7 +16,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use leasehold_worker::lease::{Lease, LeaseStore, attr};
+use leasehold_worker::lease::{Lease, ShardLeases, attr};
 use serde::Serialize;
 
 use crate::error::{CliError, Result, sdk_message};

@@ -19,7 +19,7 @@ use super::row::{
     member_row_key,
 };
 use super::settings::LeaseSettings;
-use super::{LeasePage, LeaseStore, PageToken};
+use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
 use convert::{from_item, to_item};
 use errors::{Request, classify};
 pub use table::{TableBilling, create_table, ensure_table};
@@ -147,17 +147,28 @@ impl DynamoLeaseStore {
             Ok(out) => Ok(decode(&from_item(&out.attributes.unwrap_or_default()))?),
             Err(e) => Err(classify(e, self.request(Some(key), update.operation))),
         };
-        match &result {
-            Ok(lease) => self.observer.observe(lease, self.settings.clock.monotonic()),
-            // A refused or unanswered write leaves our copy stale: make the caller read again.
-            Err(_) => self.observer.forget(key),
-        }
-        result
+        self.observer.after_write(key, result, self.settings.clock.monotonic())
+    }
+
+    /// Deletes the row `key` if its counter is still `counter`: the one conditional delete, of shard
+    /// and membership rows alike.
+    async fn delete_if_unchanged(&self, key: &LeaseKey, counter: u64, operation: &'static str) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(key))
+            .condition_expression("lease_counter = :counter")
+            .expression_attribute_values(":counter", AttributeValue::N(counter.to_string()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(key), operation)))?;
+        self.observer.forget(key);
+        Ok(())
     }
 }
 
 #[async_trait]
-impl LeaseStore for DynamoLeaseStore {
+impl ShardLeases for DynamoLeaseStore {
     fn settings(&self) -> &LeaseSettings {
         &self.settings
     }
@@ -211,22 +222,6 @@ impl LeaseStore for DynamoLeaseStore {
         let lease = decode(&from_item(&item))?;
         self.observer.observe(&lease, self.settings.clock.monotonic());
         Ok(Some(lease))
-    }
-
-    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
-        self.scan_page(None, start, limit).await
-    }
-
-    async fn list_segment_page(
-        &self,
-        segment: u32,
-        total: u32,
-        start: Option<&PageToken>,
-        limit: i32,
-    ) -> Result<LeasePage> {
-        // One segment of one is the whole table: a plain Scan (TotalSegments 1 is legal, but pointless).
-        let segments = (total > 1).then_some((segment, total));
-        self.scan_page(segments, start, limit).await
     }
 
     async fn acquire(&self, seen: &Lease) -> Result<Lease> {
@@ -312,19 +307,12 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn delete(&self, seen: &Lease) -> Result<()> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .key(attr::LEASE_KEY, Self::key_value(&seen.key))
-            .condition_expression("lease_counter = :counter")
-            .expression_attribute_values(":counter", AttributeValue::N(seen.counter.to_string()))
-            .send()
-            .await
-            .map_err(|e| classify(e, self.request(Some(&seen.key), "delete")))?;
-        self.observer.forget(&seen.key);
-        Ok(())
+        self.delete_if_unchanged(&seen.key, seen.counter, "delete").await
     }
+}
 
+#[async_trait]
+impl GroupRows for DynamoLeaseStore {
     async fn heartbeat(&self) -> Result<()> {
         self.client
             .update_item()
@@ -389,15 +377,21 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .key(attr::LEASE_KEY, Self::member_key_value(&member.owner))
-            .condition_expression("lease_counter = :counter")
-            .expression_attribute_values(":counter", AttributeValue::N(member.counter.to_string()))
-            .send()
-            .await
-            .map_err(|e| classify(e, self.request(Some(&member_key(&member.owner)), "remove member")))?;
-        Ok(())
+        self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member").await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for DynamoLeaseStore {
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
+        // One segment of one is the whole table: a plain Scan (TotalSegments 1 is legal, but pointless).
+        let segments = (total > 1).then_some((segment, total));
+        self.scan_page(segments, start, limit).await
     }
 }

@@ -15,6 +15,7 @@ mod dynamo;
 mod error;
 mod held;
 mod key;
+mod lag;
 mod memory;
 mod observer;
 mod renewal;
@@ -29,6 +30,7 @@ pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
 pub use error::{LeaseError, Result};
 pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
+pub(crate) use lag::{LagGauge, ShardLag};
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
 pub use row::{
@@ -105,12 +107,13 @@ pub trait ShardLeases: Send + Sync {
     /// lease duration; the write is conditioned on that counter. Sets owner, expiry, counter + 1.
     async fn acquire(&self, seen: &Lease) -> Result<Lease>;
 
-    /// Extends a held lease: expiry = now + duration, counter + 1. Refused unless this worker still
-    /// holds the row at the counter of `held`.
+    /// Extends a held lease: expiry = now + duration, counter + 1, and `held.lag_ms` written as the
+    /// row's [`attr::LAG_MS`] when set (the holder's lag rides on the writes it makes anyway). Refused
+    /// unless this worker still holds the row at the counter of `held`.
     async fn renew(&self, held: &Lease) -> Result<Lease>;
 
-    /// Records progress on a held lease; counter + 1. Refused unless this worker still holds the row at
-    /// the counter of `held`.
+    /// Records progress on a held lease; counter + 1, and `held.lag_ms` written as for
+    /// [`renew`](Self::renew). Refused unless this worker still holds the row at the counter of `held`.
     async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease>;
 
     /// Gives a held lease up (owner and expiry removed, counter + 1), writing a final checkpoint in the

@@ -62,6 +62,18 @@ fn checkpoint_expression(
     if remove.is_empty() { set } else { format!("{set} REMOVE {}", remove.join(", ")) }
 }
 
+/// `set` (a `SET ...` clause) that also writes the holder's lag carried by `held`, when it measured
+/// one: the lag rides on writes the holder makes anyway.
+fn lag_expression(set: &str, held: &Lease, values: &mut Vec<(&'static str, AttributeValue)>) -> String {
+    match held.lag_ms {
+        Some(lag_ms) => {
+            values.push((":lag", AttributeValue::N(lag_ms.to_string())));
+            format!("{set}, {} = :lag", attr::LAG_MS)
+        }
+        None => set.to_string(),
+    }
+}
+
 const HOLDER_CONDITION: &str = "lease_owner = :me AND lease_counter = :counter";
 
 impl DynamoLeaseStore {
@@ -241,19 +253,17 @@ impl ShardLeases for DynamoLeaseStore {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
         values.push((":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())));
-        let update = Update {
-            operation: "renew",
-            expression: "SET lease_expiry = :expiry, lease_counter = lease_counter + :one".into(),
-            condition: HOLDER_CONDITION,
-            values,
-        };
+        let set = "SET lease_expiry = :expiry, lease_counter = lease_counter + :one";
+        let expression = lag_expression(set, held, &mut values);
+        let update = Update { operation: "renew", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }
 
     async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
-        let expression = checkpoint_expression("SET lease_counter = lease_counter + :one", "", checkpoint, &mut values);
+        let set = lag_expression("SET lease_counter = lease_counter + :one", held, &mut values);
+        let expression = checkpoint_expression(&set, "", checkpoint, &mut values);
         let update = Update { operation: "checkpoint", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }

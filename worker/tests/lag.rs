@@ -223,7 +223,11 @@ async fn lag_rises_drains_and_rides_on_lease_writes(emulator: Emulator) {
     let renewal_bound = (elapsed.as_millis() / RENEW_INTERVAL.as_millis()) as usize + 2;
     assert!(renewals <= renewal_bound, "{renewals} renewals, one per {RENEW_INTERVAL:?} allows {renewal_bound}");
     let checkpoints_written = metric(&worker, "leasehold_checkpoints_written_total").await as usize;
-    assert_eq!(checkpoints, checkpoints_written, "checkpoint writes beside the worker's own count");
+    // The proxy logs a write when it is sent, the worker counts it when answered: one may be in flight.
+    assert!(
+        checkpoints.abs_diff(checkpoints_written) <= 1,
+        "{checkpoints} checkpoint writes beside the worker's own count {checkpoints_written}"
+    );
     let checkpoint_bound = (elapsed.as_millis() / CHECKPOINT_INTERVAL.as_millis()) as usize + 2;
     assert!(checkpoints <= checkpoint_bound, "{checkpoints} checkpoints, one per {CHECKPOINT_INTERVAL:?}");
     assert_running(&mut [&mut worker]);

@@ -1,7 +1,7 @@
 //! Writing checkpoints into lease rows for `reset` and `import-kcl`: every write conditioned on what
 //! the command read, in order, stopping at the first refusal with exactly what was and was not written.
 
-use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, Lease, LeaseKey, LeaseStore, NewLease};
+use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, Lease, LeaseKey, NewLease, ShardLeases};
 
 use crate::error::{CliError, Result};
 

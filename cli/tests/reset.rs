@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::*;
 use leasehold_testkit::kinesis::{merge, numbered, put_records, split};
-use leasehold_worker::lease::{Checkpoint, LeaseKey, LeaseStore, NewLease};
+use leasehold_worker::lease::{Checkpoint, LeaseKey, NewLease, ShardLeases};
 
 const S0: &str = "shardId-000000000000";
 const S1: &str = "shardId-000000000001";

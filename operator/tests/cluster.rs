@@ -95,7 +95,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         table.clone(),
         leasehold_worker::lease::LeaseSettings::new("orders-workers-abc"),
     );
-    use leasehold_worker::lease::LeaseStore;
+    use leasehold_worker::lease::ShardLeases;
     let key = leasehold_worker::lease::LeaseKey::new(stream.as_str(), "shardId-000000000000");
     let row = leasehold_worker::lease::NewLease {
         key: key.clone(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
 use leasehold_worker::lease::{
-    Checkpoint, DynamoLeaseStore, Lease, LeaseKey, LeaseSettings, LeaseStore, MemoryLeaseStore, NewLease,
+    Checkpoint, DynamoLeaseStore, Lease, LeaseKey, LeaseSettings, LeaseStore, MemoryLeaseStore, NewLease, ShardLeases,
 };
 
 const ROUNDS: usize = 5;

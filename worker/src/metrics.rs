@@ -19,6 +19,11 @@ fn label(name: &'static str, value: &str) -> Labels {
     vec![(name, value.to_string())]
 }
 
+/// The labels of a shard's lag series.
+fn lag_labels(stream: &str, shard: &str) -> Labels {
+    vec![("stream", stream.to_string()), ("shard", shard.to_string())]
+}
+
 /// Every metric a worker exports, registered under the `leasehold_` prefix.
 #[derive(Debug)]
 pub struct Metrics {
@@ -62,6 +67,9 @@ pub struct Metrics {
     pub(crate) records_stuck: Gauge,
     /// Milliseconds behind the stream's tip at the last GetRecords or fan-out event, per shard.
     pub(crate) millis_behind_latest: Family<Labels, Gauge>,
+    /// How far behind this worker is on each shard it holds, in seconds, by `stream` and `shard`: the
+    /// age of the oldest record read and not finished, or `millis_behind_latest` when larger.
+    pub(crate) shard_lag_seconds: Family<Labels, crate::lease::LagGauge>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
     pub(crate) records_not_deaggregated: Counter,
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
@@ -113,6 +121,7 @@ impl Default for Metrics {
             lease_table_missing: Gauge::default(),
             records_stuck: Gauge::default(),
             millis_behind_latest: Family::default(),
+            shard_lag_seconds: Family::default(),
             records_not_deaggregated: Counter::default(),
             user_records_skipped: Family::default(),
             fanout_subscriptions: Counter::default(),
@@ -205,6 +214,11 @@ impl Metrics {
             "millis_behind_latest",
             "Milliseconds behind the tip at the last GetRecords or fan-out event, per shard",
             self.millis_behind_latest.clone(),
+        );
+        self.registry.register(
+            "shard_lag_seconds",
+            "Age of the oldest record read and not finished per shard, or millis_behind_latest when larger (seconds)",
+            self.shard_lag_seconds.clone(),
         );
         self.registry.register(
             "records_not_deaggregated",
@@ -302,6 +316,16 @@ impl Metrics {
     /// Sets how far behind the tip `shard` was at its last read.
     pub(crate) fn behind(&self, shard: &str, millis: i64) {
         self.millis_behind_latest.get_or_create(&label("shard", shard)).set(millis);
+    }
+
+    /// The lag gauge of `shard` of `stream`.
+    pub fn shard_lag(&self, stream: &str, shard: &str) -> crate::lease::LagGauge {
+        self.shard_lag_seconds.get_or_create(&lag_labels(stream, shard)).clone()
+    }
+
+    /// Forgets the lag series of `shard` of `stream` once this worker no longer reads it.
+    pub fn forget_shard_lag(&self, stream: &str, shard: &str) {
+        self.shard_lag_seconds.remove(&lag_labels(stream, shard));
     }
 
     /// Sets `shard`'s GetRecords page limit.

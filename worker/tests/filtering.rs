@@ -15,7 +15,7 @@ use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_testkit::kpl::{library_aggregates, put_aggregates};
 use leasehold_worker::Metrics;
 use leasehold_worker::WorkerConfig;
-use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
+use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, ShardLeases};
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::runtime;
 use tokio_util::sync::CancellationToken;

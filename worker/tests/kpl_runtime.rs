@@ -29,7 +29,7 @@ use leasehold_testkit::kpl::{LibraryAggregate, library_aggregates};
 use leasehold_testkit::process::{WorkerProcess, wait_for};
 use leasehold_testkit::server::LocalServer;
 use leasehold_worker::internals::kpl::partition_key_hash;
-use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
+use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, ShardLeases};
 use serde_json::{Value, json};
 
 const SHARD0: &str = "shardId-000000000000";

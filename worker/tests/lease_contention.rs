@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use leasehold_worker::lease::{
-    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseKey, LeaseSettings, LeaseStore, NewLease,
+    Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseKey, LeaseSettings, LeaseStore, NewLease, ShardLeases,
 };
 use rand::Rng;
 

@@ -7,7 +7,7 @@ use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use leasehold_testkit::{Fault, FaultServer, closed_endpoint};
 use leasehold_worker::lease::{
-    Checkpoint, DynamoLeaseStore, LeaseError, LeaseKey, LeaseSettings, LeaseStore, NewLease,
+    Checkpoint, DynamoLeaseStore, LeaseError, LeaseKey, LeaseSettings, LeaseStore, NewLease, ShardLeases,
 };
 
 async fn store_at(endpoint: String) -> DynamoLeaseStore {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_testkit::process::wait_for;
-use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, LeaseStore};
+use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, ShardLeases};
 
 /// The unpacked amazon_kclpy sdist (`tests/ground/kclpy.sh` fetches it; `make test` runs that).
 fn kclpy() -> PathBuf {

@@ -178,7 +178,7 @@ impl Dispatcher {
     /// Admits the next record of the shard (call only when [`has_room`](Self::has_room)) and starts
     /// what may start. `covers` is the checkpoint once it and every record before it are done.
     pub fn push(&mut self, record: Record, covers: Checkpoint) -> Result<(), Halted> {
-        let ordinal = self.marks.admit();
+        let ordinal = self.marks.admit(record.arrival_ms);
         let key = if self.by_key { self.hasher.hash_one(record.partition_key.as_str()) } else { 0 };
         let admitted = Admitted { ordinal, key, record, covers };
         if self.by_key {
@@ -203,6 +203,11 @@ impl Dispatcher {
             Some(done) => self.finished(done).map(|()| true),
             None => Ok(false),
         }
+    }
+
+    /// When the oldest admitted record not yet done arrived (epoch ms), if any is pending.
+    pub fn oldest_pending_arrival(&self) -> Option<i64> {
+        self.marks.oldest_pending_arrival()
     }
 
     /// The checkpoint of the done prefix.

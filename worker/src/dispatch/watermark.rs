@@ -7,13 +7,22 @@ use std::collections::VecDeque;
 
 use crate::lease::Checkpoint;
 
+/// An admitted record not yet behind the watermark.
+#[derive(Debug)]
+struct Slot {
+    /// Its checkpoint, once done.
+    done: Option<Checkpoint>,
+    /// When Kinesis accepted it (epoch ms), when known: how old the oldest unfinished record is.
+    arrival_ms: Option<i64>,
+}
+
 /// Records admitted in shard order, each done or not; the watermark is the end of the done prefix.
 #[derive(Debug, Default)]
 pub struct Watermark {
     /// Ordinal of the first slot.
     base: u64,
-    /// One slot per admitted record not yet behind the watermark: its checkpoint once done.
-    slots: VecDeque<Option<Checkpoint>>,
+    /// One slot per admitted record not yet behind the watermark.
+    slots: VecDeque<Slot>,
     /// Checkpoint of the last record of the done prefix.
     last: Option<Checkpoint>,
     /// True when `last` moved since the last [`take_advanced`](Self::take_advanced).
@@ -23,10 +32,10 @@ pub struct Watermark {
 }
 
 impl Watermark {
-    /// Admits the next record in shard order and returns its ordinal.
-    pub fn admit(&mut self) -> u64 {
+    /// Admits the next record in shard order, which arrived at `arrival_ms`, and returns its ordinal.
+    pub fn admit(&mut self, arrival_ms: Option<i64>) -> u64 {
         let ordinal = self.base + self.slots.len() as u64;
-        self.slots.push_back(None);
+        self.slots.push_back(Slot { done: None, arrival_ms });
         ordinal
     }
 
@@ -34,11 +43,11 @@ impl Watermark {
     pub fn complete(&mut self, ordinal: u64, covers: Checkpoint) {
         let Some(index) = ordinal.checked_sub(self.base).and_then(|i| usize::try_from(i).ok()) else { return };
         if let Some(slot) = self.slots.get_mut(index) {
-            *slot = Some(covers);
+            slot.done = Some(covers);
             self.highest = self.highest.max(Some(ordinal));
         }
-        while let Some(Some(_)) = self.slots.front() {
-            self.last = self.slots.pop_front().flatten();
+        while self.slots.front().is_some_and(|slot| slot.done.is_some()) {
+            self.last = self.slots.pop_front().and_then(|slot| slot.done);
             self.base += 1;
             self.advanced = true;
         }
@@ -47,6 +56,13 @@ impl Watermark {
     /// Records admitted and not yet behind the watermark (done out of order, running or waiting).
     pub fn pending(&self) -> usize {
         self.slots.len()
+    }
+
+    /// When the oldest record not yet done arrived (epoch ms): the front of the window, since every
+    /// done record at the front is behind the watermark. `None` when none is pending or its arrival is
+    /// unknown.
+    pub fn oldest_pending_arrival(&self) -> Option<i64> {
+        self.slots.front().and_then(|slot| slot.arrival_ms)
     }
 
     /// The ordinal of the furthest record done, which may lie beyond the done prefix.
@@ -76,7 +92,7 @@ mod tests {
     #[test]
     fn inside_an_aggregate_the_mark_is_the_sub_sequence_until_its_last_user_record() {
         let mut marks = Watermark::default();
-        let ordinals: Vec<u64> = (0..3).map(|_| marks.admit()).collect();
+        let ordinals: Vec<u64> = (0..3).map(|_| marks.admit(None)).collect();
         let sub = |n| Checkpoint::SubSequence { sequence: "9".into(), sub_sequence: n };
         marks.complete(ordinals[0], sub(0));
         assert_eq!(marks.last(), Some(&sub(0)));
@@ -89,7 +105,7 @@ mod tests {
     #[test]
     fn moves_only_over_a_fully_done_prefix() {
         let mut marks = Watermark::default();
-        let ordinals: Vec<u64> = (0..5).map(|_| marks.admit()).collect();
+        let ordinals: Vec<u64> = (0..5).map(|_| marks.admit(None)).collect();
         assert_eq!(ordinals, vec![0, 1, 2, 3, 4]);
         marks.complete(2, seq("s2"));
         marks.complete(1, seq("s1"));
@@ -104,7 +120,20 @@ mod tests {
         marks.complete(3, seq("s3"));
         assert_eq!(marks.last(), Some(&seq("s4")));
         assert_eq!(marks.pending(), 0);
-        assert_eq!(marks.admit(), 5, "ordinals keep counting");
+        assert_eq!(marks.admit(None), 5, "ordinals keep counting");
+    }
+
+    #[test]
+    fn the_oldest_pending_arrival_is_the_first_record_not_done() {
+        let mut marks = Watermark::default();
+        let ordinals: Vec<u64> = [100, 200, 300].into_iter().map(|at| marks.admit(Some(at))).collect();
+        assert_eq!(marks.oldest_pending_arrival(), Some(100));
+        marks.complete(ordinals[1], seq("s1"));
+        assert_eq!(marks.oldest_pending_arrival(), Some(100), "done out of order: the first is still pending");
+        marks.complete(ordinals[0], seq("s0"));
+        assert_eq!(marks.oldest_pending_arrival(), Some(300));
+        marks.complete(ordinals[2], seq("s2"));
+        assert_eq!(marks.oldest_pending_arrival(), None, "every record done");
     }
 
     #[test]
@@ -113,7 +142,7 @@ mod tests {
         let mut rng = rand::rng();
         for _ in 0..200 {
             let mut marks = Watermark::default();
-            let mut order: Vec<u64> = (0..64).map(|_| marks.admit()).collect();
+            let mut order: Vec<u64> = (0..64).map(|_| marks.admit(None)).collect();
             order.shuffle(&mut rng);
             let mut done = [false; 64];
             for ordinal in order {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore};
+use super::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore, ShardLag};
 
 /// A held lease shared by the coordinator (renewals, release) and the shard's reader (checkpoints).
 pub struct HeldLease {
@@ -22,6 +22,7 @@ pub struct HeldLease {
     duration: Duration,
     progress: Mutex<Checkpoint>,
     stream_created: Option<i64>,
+    lag: ShardLag,
 }
 
 impl std::fmt::Debug for HeldLease {
@@ -45,7 +46,20 @@ impl HeldLease {
             deadline: Mutex::new(sent + duration),
             lost: CancellationToken::new(),
             duration,
+            lag: ShardLag::default(),
         }
+    }
+
+    /// How far behind this worker is on the shard: set by its reader, written by renewals and
+    /// checkpoints.
+    pub fn lag(&self) -> &ShardLag {
+        &self.lag
+    }
+
+    /// `lease` carrying the lag measured now, for a renewal or checkpoint to write.
+    fn with_lag(&self, lease: Lease) -> Lease {
+        let lag_ms = self.lag.measure(self.wall_ms()).map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX));
+        Lease { lag_ms, ..lease }
     }
 
     /// The row's key.
@@ -132,14 +146,24 @@ impl HeldLease {
     /// Renews the lease; returns the new copy (which shows any handoff request).
     pub async fn renew(&self) -> Result<Lease, LeaseError> {
         let store = self.store.clone();
-        self.write(true, |lease| async move { store.renew(&lease).await }).await
+        let lease_with_lag = |lease| self.with_lag(lease);
+        self.write(true, |lease| {
+            let lease = lease_with_lag(lease);
+            async move { store.renew(&lease).await }
+        })
+        .await
     }
 
     /// Records progress.
     pub async fn checkpoint(&self, checkpoint: &Checkpoint) -> Result<Lease, LeaseError> {
         let store = self.store.clone();
         let checkpoint = checkpoint.clone();
-        self.write(false, |lease| async move { store.checkpoint(&lease, &checkpoint).await }).await
+        let lease_with_lag = |lease| self.with_lag(lease);
+        self.write(false, |lease| {
+            let lease = lease_with_lag(lease);
+            async move { store.checkpoint(&lease, &checkpoint).await }
+        })
+        .await
     }
 
     /// Gives the lease up (to `to` when given), with a final checkpoint in the same write. Afterwards

@@ -12,10 +12,10 @@ use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
     AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_row, encode_new,
-    encode_replacement, member_key, member_row_key, put_checkpoint, raw_key,
+    encode_replacement, member_key, member_row_key, put_checkpoint, raw_key, stored_counter,
 };
 use super::settings::LeaseSettings;
-use super::{LeasePage, LeaseStore, PageToken};
+use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
 
 /// An in-memory lease table. Clones share the rows, so several stores (one per simulated worker) can
 /// contend for them exactly as workers contend for a DynamoDB table.
@@ -53,6 +53,13 @@ fn segment_of(key: &str, total: u32) -> u32 {
         .bytes()
         .fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3));
     u32::try_from(hash % u64::from(total.max(1))).unwrap_or(0)
+}
+
+/// Writes the holder's lag into a row, when it measured one.
+fn put_lag(row: &mut Attributes, lag_ms: Option<u64>) {
+    if let Some(lag_ms) = lag_ms {
+        row.insert(attr::LAG_MS.into(), AttrValue::N(lag_ms.to_string()));
+    }
 }
 
 /// A [`LeaseStore`] over a [`MemoryLeaseTable`].
@@ -99,16 +106,26 @@ impl MemoryLeaseStore {
     }
 
     fn after_write(&self, key: &LeaseKey, result: Result<Lease>) -> Result<Lease> {
-        match &result {
-            Ok(lease) => self.observer.observe(lease, self.settings.clock.monotonic()),
-            Err(_) => self.observer.forget(key),
+        self.observer.after_write(key, result, self.settings.clock.monotonic())
+    }
+
+    /// Deletes the row `key` if its counter is still `counter`: the one conditional delete, of shard
+    /// and membership rows alike.
+    fn delete_if_unchanged(&self, key: &LeaseKey, counter: u64, operation: &'static str) -> Result<()> {
+        let mut rows = self.table.rows();
+        let row_key = key.to_string();
+        if rows.get(&row_key).and_then(stored_counter) != Some(counter) {
+            return Err(LeaseError::ConditionFailed { key: key.clone(), operation });
         }
-        result
+        rows.remove(&row_key);
+        drop(rows);
+        self.observer.forget(key);
+        Ok(())
     }
 }
 
 #[async_trait]
-impl LeaseStore for MemoryLeaseStore {
+impl ShardLeases for MemoryLeaseStore {
     fn settings(&self) -> &LeaseSettings {
         &self.settings
     }
@@ -144,55 +161,6 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(Some(lease))
     }
 
-    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
-        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
-        let rows = self.table.rows();
-        let lower = match start {
-            Some(token) => Bound::Excluded(token.0.clone()),
-            None => Bound::Unbounded,
-        };
-        let mut page = LeasePage::default();
-        let mut range = rows.range((lower, Bound::Unbounded)).peekable();
-        for (key, attrs) in range.by_ref().take(limit) {
-            page.push(decode_row(attrs));
-            page.next = Some(PageToken(key.clone()));
-        }
-        if range.peek().is_none() {
-            page.next = None;
-        }
-        drop(rows);
-        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
-        Ok(page)
-    }
-
-    async fn list_segment_page(
-        &self,
-        segment: u32,
-        total: u32,
-        start: Option<&PageToken>,
-        limit: i32,
-    ) -> Result<LeasePage> {
-        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
-        let rows = self.table.rows();
-        let lower = match start {
-            Some(token) => Bound::Excluded(token.0.clone()),
-            None => Bound::Unbounded,
-        };
-        let mut page = LeasePage::default();
-        let mut range =
-            rows.range((lower, Bound::Unbounded)).filter(|(key, _)| segment_of(key, total) == segment).peekable();
-        for (key, attrs) in range.by_ref().take(limit) {
-            page.push(decode_row(attrs));
-            page.next = Some(PageToken(key.clone()));
-        }
-        if range.peek().is_none() {
-            page.next = None;
-        }
-        drop(rows);
-        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
-        Ok(page)
-    }
-
     async fn acquire(&self, seen: &Lease) -> Result<Lease> {
         self.observer.may_acquire(seen, &self.settings)?;
         let owner = self.settings.owner.clone();
@@ -209,6 +177,7 @@ impl LeaseStore for MemoryLeaseStore {
         let expiry = self.settings.expiry_ms();
         let result = self.update_if(&held.key, "renew", held.counter, Some(&self.settings.owner), |row| {
             row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
+            put_lag(row, held.lag_ms);
         });
         self.after_write(&held.key, result)
     }
@@ -217,6 +186,7 @@ impl LeaseStore for MemoryLeaseStore {
         ensure_holder(held, &self.settings)?;
         let result = self.update_if(&held.key, "checkpoint", held.counter, Some(&self.settings.owner), |row| {
             put_checkpoint(row, checkpoint);
+            put_lag(row, held.lag_ms);
         });
         self.after_write(&held.key, result)
     }
@@ -262,18 +232,12 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn delete(&self, seen: &Lease) -> Result<()> {
-        let mut rows = self.table.rows();
-        let key = seen.key.to_string();
-        let unchanged = rows.get(&key).and_then(|row| decode(row).ok()).is_some_and(|row| row.counter == seen.counter);
-        if !unchanged {
-            return Err(LeaseError::ConditionFailed { key: seen.key.clone(), operation: "delete" });
-        }
-        rows.remove(&key);
-        drop(rows);
-        self.observer.forget(&seen.key);
-        Ok(())
+        self.delete_if_unchanged(&seen.key, seen.counter, "delete")
     }
+}
 
+#[async_trait]
+impl GroupRows for MemoryLeaseStore {
     async fn heartbeat(&self) -> Result<()> {
         let key = member_row_key(&self.settings.owner);
         let mut rows = self.table.rows();
@@ -316,14 +280,37 @@ impl LeaseStore for MemoryLeaseStore {
     }
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
-        let key = member_row_key(&member.owner);
-        let mut rows = self.table.rows();
-        let unchanged =
-            rows.get(&key).and_then(|row| decode_member(row).ok()).is_some_and(|m| m.counter == member.counter);
-        if !unchanged {
-            return Err(LeaseError::ConditionFailed { key: member_key(&member.owner), operation: "remove member" });
+        self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member")
+    }
+}
+
+#[async_trait]
+impl LeaseStore for MemoryLeaseStore {
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
+        let limit = usize::try_from(limit.max(1)).unwrap_or(1);
+        let rows = self.table.rows();
+        let lower = match start {
+            Some(token) => Bound::Excluded(token.0.clone()),
+            None => Bound::Unbounded,
+        };
+        let mut page = LeasePage::default();
+        let mut range =
+            rows.range((lower, Bound::Unbounded)).filter(|(key, _)| segment_of(key, total) == segment).peekable();
+        for (key, attrs) in range.by_ref().take(limit) {
+            page.push(decode_row(attrs));
+            page.next = Some(PageToken(key.clone()));
         }
-        rows.remove(&key);
-        Ok(())
+        if range.peek().is_none() {
+            page.next = None;
+        }
+        drop(rows);
+        self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
+        Ok(page)
     }
 }

@@ -15,6 +15,7 @@ mod dynamo;
 mod error;
 mod held;
 mod key;
+mod lag;
 mod memory;
 mod observer;
 mod renewal;
@@ -29,6 +30,7 @@ pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
 pub use error::{LeaseError, Result};
 pub(crate) use held::HeldLease;
 pub use key::LeaseKey;
+pub(crate) use lag::{LagGauge, ShardLag};
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub(crate) use renewal::renew_until_lost;
 pub use row::{Lease, Malformed, Member, NewLease};
@@ -48,7 +50,7 @@ pub struct LeasePage {
     pub leases: Vec<Lease>,
     /// Rows that could not be read, with their keys; callers skip and report them.
     pub malformed: Vec<Malformed>,
-    /// Membership rows of workers (see [`LeaseStore::heartbeat`]).
+    /// Membership rows of workers (see [`GroupRows::heartbeat`]).
     pub members: Vec<Member>,
     /// Term rows (see `TERM_PREFIX` in the row format): roles held by one worker at a time, observed like leases.
     pub terms: Vec<Lease>,
@@ -84,13 +86,14 @@ pub(crate) const DEFAULT_PAGE_SIZE: i32 = 100;
 /// size rounded up to 4 KB, so fewer pages waste less (DynamoDB still stops a page at 1 MB).
 pub const SEGMENT_PAGE_SIZE: i32 = 1000;
 
-/// One worker's view of a lease table. Every write is conditional and every read strongly consistent.
+/// The shard rows of a lease table: one per shard, taken, kept and given up with conditional writes.
+/// Term rows ([`TERM_PREFIX`]) are taken and renewed through the same calls.
 ///
-/// Reads ([`get`](Self::get), [`list_page`](Self::list_page)) also record, on the worker's monotonic
+/// Reads ([`get`](Self::get), [`LeaseStore::list_page`]) also record, on the worker's monotonic
 /// clock, since when each row's counter has been unchanged: that record is what lets
 /// [`acquire`](Self::acquire) judge another worker's lease expired.
 #[async_trait]
-pub trait LeaseStore: Send + Sync {
+pub trait ShardLeases: Send + Sync {
     /// The owner id, lease duration and clock this store works with.
     fn settings(&self) -> &LeaseSettings;
 
@@ -100,20 +103,18 @@ pub trait LeaseStore: Send + Sync {
     /// Reads one row; `None` when absent, [`LeaseError::Malformed`] when unreadable.
     async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>>;
 
-    /// Reads up to `limit` rows in key order, starting after `start`.
-    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage>;
-
     /// Takes the lease given as last read by this worker. Succeeds when that read showed no owner, or
     /// this worker as owner, or another owner whose counter this worker has seen unchanged for a whole
     /// lease duration; the write is conditioned on that counter. Sets owner, expiry, counter + 1.
     async fn acquire(&self, seen: &Lease) -> Result<Lease>;
 
-    /// Extends a held lease: expiry = now + duration, counter + 1. Refused unless this worker still
-    /// holds the row at the counter of `held`.
+    /// Extends a held lease: expiry = now + duration, counter + 1, and `held.lag_ms` written as the
+    /// row's [`attr::LAG_MS`] when set (the holder's lag rides on the writes it makes anyway). Refused
+    /// unless this worker still holds the row at the counter of `held`.
     async fn renew(&self, held: &Lease) -> Result<Lease>;
 
-    /// Records progress on a held lease; counter + 1. Refused unless this worker still holds the row at
-    /// the counter of `held`.
+    /// Records progress on a held lease; counter + 1, and `held.lag_ms` written as for
+    /// [`renew`](Self::renew). Refused unless this worker still holds the row at the counter of `held`.
     async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease>;
 
     /// Gives a held lease up (owner and expiry removed, counter + 1), writing a final checkpoint in the
@@ -139,7 +140,11 @@ pub trait LeaseStore: Send + Sync {
 
     /// Deletes a row (cleanup of finished shards), only if it is unchanged since `seen` was read.
     async fn delete(&self, seen: &Lease) -> Result<()>;
+}
 
+/// The group's own rows: one membership row per live worker, and the change row.
+#[async_trait]
+pub trait GroupRows: Send + Sync {
     /// Writes this worker's membership row (creating it, or moving its counter), so that other workers
     /// count it as alive for a lease duration.
     async fn heartbeat(&self) -> Result<()>;
@@ -159,7 +164,12 @@ pub trait LeaseStore: Send + Sync {
     /// The counter of the group's change row, 0 when it is absent. Read eventually consistent (half
     /// the cost of a consistent read): it is a hint to read the whole table, never a judgement.
     async fn changes(&self) -> Result<u64>;
+}
 
+/// One worker's view of a whole lease table: its shard rows, its group rows, and listings that read
+/// both. Every write is conditional and every read strongly consistent.
+#[async_trait]
+pub trait LeaseStore: ShardLeases + GroupRows {
     /// Reads up to `limit` rows of segment `segment` of `total` (a DynamoDB parallel Scan's
     /// `Segment`/`TotalSegments`: the segments split the table, every row in exactly one), starting
     /// after `start`. With `total` 1 the one segment is the whole table.
@@ -171,31 +181,37 @@ pub trait LeaseStore: Send + Sync {
         limit: i32,
     ) -> Result<LeasePage>;
 
+    /// Reads up to `limit` rows in key order, starting after `start`.
+    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
+        self.list_segment_page(0, 1, start, limit).await
+    }
+
     /// Reads the whole table, page by page.
     async fn list(&self) -> Result<LeasePage> {
-        let mut all = LeasePage::default();
-        let mut start = None;
-        loop {
-            let page = self.list_page(start.as_ref(), DEFAULT_PAGE_SIZE).await?;
-            let next = all.absorb(page);
-            match next {
-                Some(next) => start = Some(next),
-                None => return Ok(all),
-            }
-        }
+        read_all_pages(self, 0, 1, DEFAULT_PAGE_SIZE).await
     }
 
     /// Reads all of segment `segment` of `total`, in pages of [`SEGMENT_PAGE_SIZE`] rows.
     async fn list_segment(&self, segment: u32, total: u32) -> Result<LeasePage> {
-        let mut all = LeasePage::default();
-        let mut start = None;
-        loop {
-            let page = self.list_segment_page(segment, total, start.as_ref(), SEGMENT_PAGE_SIZE).await?;
-            let next = all.absorb(page);
-            match next {
-                Some(next) => start = Some(next),
-                None => return Ok(all),
-            }
+        read_all_pages(self, segment, total, SEGMENT_PAGE_SIZE).await
+    }
+}
+
+/// Reads all of segment `segment` of `total`, in pages of `page_size` rows: the one paging loop of every
+/// listing.
+async fn read_all_pages<S: LeaseStore + ?Sized>(
+    store: &S,
+    segment: u32,
+    total: u32,
+    page_size: i32,
+) -> Result<LeasePage> {
+    let mut all = LeasePage::default();
+    let mut start = None;
+    loop {
+        let page = store.list_segment_page(segment, total, start.as_ref(), page_size).await?;
+        match all.absorb(page) {
+            Some(next) => start = Some(next),
+            None => return Ok(all),
         }
     }
 }

@@ -50,6 +50,17 @@ impl Observer {
         self.seen().remove(key);
     }
 
+    /// Records the outcome of a write on `key` at monotonic time `now`, and passes it on: the row as
+    /// written, or, after a refused or unanswered write, nothing, since our copy is stale and the
+    /// caller must read again.
+    pub(crate) fn after_write(&self, key: &LeaseKey, result: Result<Lease>, now: Duration) -> Result<Lease> {
+        match &result {
+            Ok(lease) => self.observe(lease, now),
+            Err(_) => self.forget(key),
+        }
+        result
+    }
+
     /// Records a membership row read at monotonic time `now` and says whether the worker is alive: its
     /// counter moved within the last lease duration (or was first seen less than one ago).
     fn member_alive(&self, member: &Member, now: Duration, duration: Duration) -> bool {

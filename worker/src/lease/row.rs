@@ -61,7 +61,7 @@ pub fn term_key(name: &str) -> LeaseKey {
 }
 
 /// The key of the group's change row (`#term:changes`): a term-shaped row nobody holds, whose counter
-/// [`LeaseStore::announce`](super::LeaseStore::announce) moves.
+/// [`GroupRows::announce`](super::GroupRows::announce) moves.
 pub fn changes_key() -> LeaseKey {
     term_key("changes")
 }
@@ -244,6 +244,12 @@ pub fn decode_row(attrs: &Attributes) -> Result<Row, Malformed> {
     }
     let lease = decode(attrs)?;
     Ok(if lease.key.stream() == TERM_PREFIX.trim_end_matches(':') { Row::Term(lease) } else { Row::Lease(lease) })
+}
+
+/// The row's `lease_counter`, whatever kind of row it is; `None` when missing or not a number (such a
+/// row cannot satisfy a condition on its counter).
+pub fn stored_counter(attrs: &Attributes) -> Option<u64> {
+    number(attrs, attr::LEASE_COUNTER).ok().flatten()
 }
 
 /// The `lease_key` text of a worker's membership row.

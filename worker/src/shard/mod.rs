@@ -231,6 +231,8 @@ impl ShardReader {
             self.stop.clone(),
             gate,
         );
+        let key = self.held.key();
+        self.held.lag().report_to(self.runner.metrics().shard_lag(key.stream(), key.shard_id()));
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
         let read = match self.settings.mode {
@@ -240,7 +242,8 @@ impl ShardReader {
         let exit = match read {
             Ok(exit) | Err(exit) => exit,
         };
-        self.runner.metrics().forget_shard(&self.held.key().to_string());
+        self.runner.metrics().forget_shard(&key.to_string());
+        self.runner.metrics().forget_shard_lag(key.stream(), key.shard_id());
         exit
     }
 
@@ -367,6 +370,12 @@ impl ShardReader {
         if let Some(behind) = millis_behind {
             self.runner.metrics().behind(&key.to_string(), behind);
         }
+        self.held.lag().read(millis_behind);
+        if d.pending() == 0 {
+            // Until the first of them is admitted, the oldest record not finished is this read's first.
+            self.held.lag().set_oldest_unfinished(records.first().and_then(|r| r.arrival_ms));
+        }
+        self.held.lag().measure(self.held.wall_ms());
         let last_fetched = records.last().map(|r| r.sequence_number.clone());
         for record in records {
             let deaggregated = unpacker.deaggregate(&record);
@@ -454,6 +463,7 @@ impl ShardReader {
         if let Some(position) = d.take_advanced() {
             self.held.set_progress(position.clone());
         }
+        self.held.lag().set_oldest_unfinished(d.oldest_pending_arrival());
         Ok(())
     }
 

@@ -19,7 +19,7 @@ use super::row::{
     member_row_key,
 };
 use super::settings::LeaseSettings;
-use super::{LeasePage, LeaseStore, PageToken};
+use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
 use convert::{from_item, to_item};
 use errors::{Request, classify};
 pub use table::{TableBilling, create_table, ensure_table};
@@ -60,6 +60,18 @@ fn checkpoint_expression(
         None => remove.push(attr::CHECKPOINT_SUBSEQUENCE),
     }
     if remove.is_empty() { set } else { format!("{set} REMOVE {}", remove.join(", ")) }
+}
+
+/// `set` (a `SET ...` clause) that also writes the holder's lag carried by `held`, when it measured
+/// one: the lag rides on writes the holder makes anyway.
+fn lag_expression(set: &str, held: &Lease, values: &mut Vec<(&'static str, AttributeValue)>) -> String {
+    match held.lag_ms {
+        Some(lag_ms) => {
+            values.push((":lag", AttributeValue::N(lag_ms.to_string())));
+            format!("{set}, {} = :lag", attr::LAG_MS)
+        }
+        None => set.to_string(),
+    }
 }
 
 const HOLDER_CONDITION: &str = "lease_owner = :me AND lease_counter = :counter";
@@ -147,17 +159,28 @@ impl DynamoLeaseStore {
             Ok(out) => Ok(decode(&from_item(&out.attributes.unwrap_or_default()))?),
             Err(e) => Err(classify(e, self.request(Some(key), update.operation))),
         };
-        match &result {
-            Ok(lease) => self.observer.observe(lease, self.settings.clock.monotonic()),
-            // A refused or unanswered write leaves our copy stale: make the caller read again.
-            Err(_) => self.observer.forget(key),
-        }
-        result
+        self.observer.after_write(key, result, self.settings.clock.monotonic())
+    }
+
+    /// Deletes the row `key` if its counter is still `counter`: the one conditional delete, of shard
+    /// and membership rows alike.
+    async fn delete_if_unchanged(&self, key: &LeaseKey, counter: u64, operation: &'static str) -> Result<()> {
+        self.client
+            .delete_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(key))
+            .condition_expression("lease_counter = :counter")
+            .expression_attribute_values(":counter", AttributeValue::N(counter.to_string()))
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(key), operation)))?;
+        self.observer.forget(key);
+        Ok(())
     }
 }
 
 #[async_trait]
-impl LeaseStore for DynamoLeaseStore {
+impl ShardLeases for DynamoLeaseStore {
     fn settings(&self) -> &LeaseSettings {
         &self.settings
     }
@@ -213,22 +236,6 @@ impl LeaseStore for DynamoLeaseStore {
         Ok(Some(lease))
     }
 
-    async fn list_page(&self, start: Option<&PageToken>, limit: i32) -> Result<LeasePage> {
-        self.scan_page(None, start, limit).await
-    }
-
-    async fn list_segment_page(
-        &self,
-        segment: u32,
-        total: u32,
-        start: Option<&PageToken>,
-        limit: i32,
-    ) -> Result<LeasePage> {
-        // One segment of one is the whole table: a plain Scan (TotalSegments 1 is legal, but pointless).
-        let segments = (total > 1).then_some((segment, total));
-        self.scan_page(segments, start, limit).await
-    }
-
     async fn acquire(&self, seen: &Lease) -> Result<Lease> {
         self.observer.may_acquire(seen, &self.settings)?;
         let mut values = self.holder_values(seen);
@@ -246,19 +253,17 @@ impl LeaseStore for DynamoLeaseStore {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
         values.push((":expiry", AttributeValue::N(self.settings.expiry_ms().to_string())));
-        let update = Update {
-            operation: "renew",
-            expression: "SET lease_expiry = :expiry, lease_counter = lease_counter + :one".into(),
-            condition: HOLDER_CONDITION,
-            values,
-        };
+        let set = "SET lease_expiry = :expiry, lease_counter = lease_counter + :one";
+        let expression = lag_expression(set, held, &mut values);
+        let update = Update { operation: "renew", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }
 
     async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
         ensure_holder(held, &self.settings)?;
         let mut values = self.holder_values(held);
-        let expression = checkpoint_expression("SET lease_counter = lease_counter + :one", "", checkpoint, &mut values);
+        let set = lag_expression("SET lease_counter = lease_counter + :one", held, &mut values);
+        let expression = checkpoint_expression(&set, "", checkpoint, &mut values);
         let update = Update { operation: "checkpoint", expression, condition: HOLDER_CONDITION, values };
         self.update(&held.key, update).await
     }
@@ -312,19 +317,12 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn delete(&self, seen: &Lease) -> Result<()> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .key(attr::LEASE_KEY, Self::key_value(&seen.key))
-            .condition_expression("lease_counter = :counter")
-            .expression_attribute_values(":counter", AttributeValue::N(seen.counter.to_string()))
-            .send()
-            .await
-            .map_err(|e| classify(e, self.request(Some(&seen.key), "delete")))?;
-        self.observer.forget(&seen.key);
-        Ok(())
+        self.delete_if_unchanged(&seen.key, seen.counter, "delete").await
     }
+}
 
+#[async_trait]
+impl GroupRows for DynamoLeaseStore {
     async fn heartbeat(&self) -> Result<()> {
         let mut update =
             "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = if_not_exists(lease_counter, :zero) + :one"
@@ -394,15 +392,21 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .key(attr::LEASE_KEY, Self::member_key_value(&member.owner))
-            .condition_expression("lease_counter = :counter")
-            .expression_attribute_values(":counter", AttributeValue::N(member.counter.to_string()))
-            .send()
-            .await
-            .map_err(|e| classify(e, self.request(Some(&member_key(&member.owner)), "remove member")))?;
-        Ok(())
+        self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member").await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for DynamoLeaseStore {
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
+        // One segment of one is the whole table: a plain Scan (TotalSegments 1 is legal, but pointless).
+        let segments = (total > 1).then_some((segment, total));
+        self.scan_page(segments, start, limit).await
     }
 }

@@ -21,9 +21,9 @@ use kube::Api;
 use leasehold_worker::lease::{Lease, LeaseStore, attr};
 use serde::Serialize;
 
+use crate::draining::{mark, unmark};
 use crate::error::{CliError, Result, sdk_message};
 use crate::output::{Format, structured};
-use crate::draining::{mark, unmark};
 use crate::table::{MemberRow, Snapshot, now_ms, read};
 use crate::target::{Target, TargetArgs, kube_client, resolve};
 

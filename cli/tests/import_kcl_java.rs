@@ -23,7 +23,12 @@ fn the_real_java_kcls_checkpoints_are_imported_and_a_worker_resumes_exactly_afte
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "{} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}", script.display(), out.status);
+    assert!(
+        out.status.success(),
+        "{} failed ({}):\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        script.display(),
+        out.status
+    );
     let result: serde_json::Value = stdout
         .lines()
         .rev()

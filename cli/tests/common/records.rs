@@ -58,7 +58,12 @@ pub fn assert_exactly_once(deliveries: &[Delivery], written: &[(String, Vec<u8>)
     let seen = distinct(deliveries);
     let missing: Vec<String> =
         written.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).filter(|d| !seen.contains(d)).collect();
-    assert!(missing.is_empty(), "{} records never delivered, e.g. {:?}", missing.len(), &missing[..missing.len().min(5)]);
+    assert!(
+        missing.is_empty(),
+        "{} records never delivered, e.g. {:?}",
+        missing.len(),
+        &missing[..missing.len().min(5)]
+    );
     let mut by_record: BTreeMap<(String, String), Vec<&str>> = BTreeMap::new();
     for d in deliveries {
         by_record.entry((d.shard_id.clone(), d.sequence_number.clone())).or_default().push(&d.owner);
@@ -68,5 +73,10 @@ pub fn assert_exactly_once(deliveries: &[Delivery], written: &[(String, Vec<u8>)
         .filter(|(_, owners)| owners.len() > 1)
         .map(|((shard, sequence), owners)| format!("{shard} {sequence} by {owners:?}"))
         .collect();
-    assert!(repeated.is_empty(), "{} records processed twice, e.g. {:?}", repeated.len(), &repeated[..repeated.len().min(5)]);
+    assert!(
+        repeated.is_empty(),
+        "{} records processed twice, e.g. {:?}",
+        repeated.len(),
+        &repeated[..repeated.len().min(5)]
+    );
 }

@@ -22,7 +22,10 @@ fn lease(shard: &str, owner: Option<&str>, counter: u64) -> Lease {
 fn the_shape_changes_with_the_spread_and_the_group_but_not_with_renewals() {
     let page = |owners: &[Option<&str>], counter: u64, members: &[&str]| LeasePage {
         leases: owners.iter().enumerate().map(|(i, o)| lease(&format!("s{i}"), *o, counter)).collect(),
-        members: members.iter().map(|m| Member { owner: (*m).into(), counter, alive: true, address: None, draining: false }).collect(),
+        members: members
+            .iter()
+            .map(|m| Member { owner: (*m).into(), counter, alive: true, address: None, draining: false })
+            .collect(),
         ..LeasePage::default()
     };
     let shape = |page: &LeasePage| {

@@ -10,14 +10,14 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use common::worker_binary;
+use common::{leasehold_binary, worker_binary};
 
 #[test]
 fn the_real_java_kcls_checkpoints_are_imported_and_a_worker_resumes_exactly_after_them() {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/ground/kcl-import.sh");
     let started = Instant::now();
     let out = Command::new(&script)
-        .env("LEASEHOLD_BIN", env!("CARGO_BIN_EXE_leasehold"))
+        .env("LEASEHOLD_BIN", leasehold_binary())
         .env("LEASEHOLD_WORKER_BIN", worker_binary())
         .stdin(Stdio::null())
         .output()

@@ -32,14 +32,15 @@ fn args(table: &str, stream: &str, rest: &[&str]) -> Vec<String> {
     ["drain", "--table", table, "--stream", stream].iter().chain(rest).map(|s| s.to_string()).collect()
 }
 
-#[test]
-fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_cancelled() {
-    run_test(async {
+/// Three workers reading the table with `scan` (a `lease` setting, empty for the default); drains b.
+async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_cancelled(scan: &str) {
+    {
         let kinesis = leasehold_testkit::kinesis_client().await;
         let dynamodb = leasehold_testkit::dynamodb_client().await;
         let stream = leasehold_testkit::create_stream(&kinesis, "cli-drain", 6).await;
         let table = leasehold_testkit::create_lease_table(&dynamodb, "cli-drain").await;
-        let config = config(&stream, &table, "startPosition: TRIM_HORIZON\n");
+        let config = config(&stream, &table, "startPosition: TRIM_HORIZON\n")
+            .replace("gracefulTimeout: 3s}", &format!("gracefulTimeout: 3s{scan}}}"));
         let a = spawn_worker(&config, "a");
         let b = spawn_worker(&config, "b");
         let mut c = spawn_worker(&config, "c");
@@ -101,7 +102,26 @@ fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_cancel
         .await;
         assert_exactly_once(&deliveries(&workers), &written);
         println!("{} records, each processed once, across the drain, a leave and the cancel", written.len());
-    });
+    }
+}
+
+#[test]
+fn drain_with_the_default_segmented_scan() {
+    run_test(a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_cancelled(""));
+}
+
+#[test]
+fn drain_with_a_full_scan() {
+    run_test(a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_cancelled(", scan: full"));
+}
+
+/// Segments of about 2 rows: the drained worker's own membership row may lie in a segment it does not
+/// read; the drain's announcement makes it read the whole table.
+#[test]
+fn drain_with_a_segmented_scan_of_several_segments() {
+    run_test(a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_cancelled(
+        ", scan: segmented, segmentRows: 2",
+    ));
 }
 
 #[test]

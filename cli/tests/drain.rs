@@ -39,7 +39,10 @@ async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_
         let dynamodb = leasehold_testkit::dynamodb_client().await;
         let stream = leasehold_testkit::create_stream(&kinesis, "cli-drain", 6).await;
         let table = leasehold_testkit::create_lease_table(&dynamodb, "cli-drain").await;
+        // A 10 s lease: no lease here moves by expiry (c leaves with SIGTERM), and a loaded machine
+        // (renewals late by seconds) must not make one.
         let config = config(&stream, &table, "startPosition: TRIM_HORIZON\n")
+            .replace("duration: 2s, renewInterval: 500ms", "duration: 10s, renewInterval: 1s")
             .replace("gracefulTimeout: 3s}", &format!("gracefulTimeout: 3s{scan}}}"));
         let a = spawn_worker(&config, "a");
         let b = spawn_worker(&config, "b");
@@ -100,6 +103,16 @@ async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_
             async move { seen >= total }
         })
         .await;
+        let stalls: Vec<(String, usize)> = workers
+            .iter()
+            .map(|w| {
+                (
+                    w.owner.clone(),
+                    w.events("lease lost").len() + w.events("lease taken over: its holder stopped renewing it").len(),
+                )
+            })
+            .collect();
+        println!("leases lost or taken over (a stalled renewal): {stalls:?}");
         assert_exactly_once(&deliveries(&workers), &written);
         println!("{} records, each processed once, across the drain, a leave and the cancel", written.len());
     }

@@ -5,11 +5,11 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: moto moto-stop prometheus plots cli test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: moto moto-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
-## lints, all tests (the real-pod tests included).
-test: emulators moto control-plane faketime prometheus lint test-images node
+## lints, all tests (the real-pod tests included, and the import from the real Java KCL).
+test: emulators moto control-plane faketime prometheus kcl-java lint test-images node
 	$(GROUND)/images.sh check
 	cargo test --workspace --no-fail-fast --features leasehold-operator/real-node
 
@@ -137,10 +137,14 @@ cli:
 	cargo build --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
 	@echo "built $(CARGO_TARGET_DIR)/release/leasehold and $(CARGO_TARGET_DIR)/release/kubectl-leasehold"
 
-## `leasehold import-kcl` against a lease table written by the real Java KCL 2.5.4 MultiLangDaemon (needs a
-## JDK and Maven for the KCL jars): KCL killed mid-stream with a checkpoint inside a KPL aggregate, import,
-## then a worker processes every record after the KCL's checkpoints and none before them.
-test-kcl-import: emulators
+## A JDK and Maven (Debian's packages, when missing) and the Java KCL's jars (Maven Central, into the cache).
+kcl-java:
+	$(GROUND)/kcl-java.sh install >/dev/null
+
+## `leasehold import-kcl` against a lease table written by the real Java KCL 2.5.4 MultiLangDaemon: KCL
+## killed mid-stream with a checkpoint inside a KPL aggregate, import, then a worker processes every record
+## after the KCL's checkpoints and none before them. Alone; `make test` runs it as cli/tests/import_kcl_java.rs.
+test-kcl-import: emulators kcl-java
 	$(GROUND)/kcl-import.sh
 
 ## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).

@@ -87,6 +87,8 @@ pub struct MemberView {
     pub owner: String,
     /// Heartbeat expiry still ahead (by this machine's clock).
     pub alive: bool,
+    /// Marked draining (`leasehold drain`): it takes no lease and hands its own away.
+    pub draining: bool,
     /// Leases it holds.
     pub leases: usize,
 }
@@ -181,6 +183,7 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
         .map(|m| MemberView {
             owner: m.owner.clone(),
             alive: m.fresh(now),
+            draining: m.is_draining(),
             leases: snapshot.leases.iter().filter(|l| l.is_held_by(&m.owner)).count(),
         })
         .collect();
@@ -246,7 +249,11 @@ pub fn render(description: &Description, colour: bool) -> String {
         let members: Vec<Vec<String>> = description
             .members
             .iter()
-            .map(|m| vec![m.owner.clone(), if m.alive { "alive" } else { "silent" }.into(), m.leases.to_string()])
+            .map(|m| {
+                let heartbeat = if m.alive { "alive" } else { "silent" };
+                let heartbeat = if m.draining { format!("{heartbeat}, draining") } else { heartbeat.to_string() };
+                vec![m.owner.clone(), heartbeat, m.leases.to_string()]
+            })
             .collect();
         out.push_str(&columns(&["MEMBER", "HEARTBEAT", "LEASES"], &members));
     }

@@ -1,12 +1,14 @@
-//! `leasehold drain CONSUMER WORKER`: ask one worker to hand its leases to the other live workers
-//! through the lease rows' handoff requests (`handoff_to`; the holder finishes its records,
-//! checkpoints and hands over in one write, so nothing is processed twice), then wait until it
-//! holds none.
+//! `leasehold drain CONSUMER WORKER`: empty one worker without stopping it. The command marks the
+//! worker's membership row draining (see [`crate::draining`]): the worker's share drops to 0, it takes
+//! no lease, and it hands every lease it holds to whichever live worker asks, through the lease rows'
+//! handoff requests (`handoff_to`; the holder finishes its records, checkpoints and hands over in one
+//! write, so nothing is processed twice). The others leave it out of their fair shares and ask for its
+//! leases; the command asks too, on their behalf, so the first handoffs need no wait for their scans.
+//! It then waits until the worker holds none.
 //!
-//! A holder honours requests only for leases above its fair share (the group's balance rule,
-//! docs/architecture.md), so a worker at its share keeps the rest: `--delete-pod` then deletes its pod,
-//! and a worker stopped with SIGTERM checkpoints and releases everything it still holds at once,
-//! again without repeats. Requests still pending when the command gives up are withdrawn.
+//! The mark stays until `drain --cancel` removes it or the worker leaves (its membership row, and the
+//! mark with it, is deleted when it stops or is found silent): its pod can then be removed with nothing
+//! left to move. Requests still pending when the command gives up are withdrawn; the mark is not.
 
 use std::collections::BTreeMap;
 use std::io::IsTerminal;
@@ -20,9 +22,10 @@ use leasehold_worker::internals::lease::attr;
 use leasehold_worker::lease::{Lease, ShardLeases};
 use serde::Serialize;
 
+use crate::draining::{mark, unmark};
 use crate::error::{CliError, Result, sdk_message};
 use crate::output::{Format, structured};
-use crate::table::{Snapshot, now_ms, read};
+use crate::table::{MemberRow, Snapshot, now_ms, read};
 use crate::target::{Target, TargetArgs, kube_client, resolve};
 
 /// Arguments of `drain`.
@@ -38,10 +41,13 @@ pub struct DrainArgs {
     /// How long to wait for the handoffs.
     #[arg(long, default_value = "60s", value_parser = crate::parse_duration)]
     pub timeout: Duration,
-    /// When the worker keeps leases (at its fair share), delete its pod (namespace of the consumer):
-    /// on SIGTERM it checkpoints and releases the rest at once.
-    #[arg(long)]
+    /// Once drained, delete the worker's pod (namespace of the consumer); at the timeout with leases
+    /// left, too: on SIGTERM it checkpoints and releases them at once.
+    #[arg(long, conflicts_with = "cancel")]
     pub delete_pod: bool,
+    /// Remove the draining mark instead: the worker takes its fair share again.
+    #[arg(long)]
+    pub cancel: bool,
 }
 
 /// How long a deleted worker pod is given to release its leases: Kubernetes' default termination
@@ -60,8 +66,20 @@ pub struct Outcome {
     pub requested: BTreeMap<String, String>,
     /// Leases it still holds.
     pub remaining: Vec<String>,
+    /// True when the mark was already there (a drain run before).
+    pub was_draining: bool,
     /// True when its pod was deleted.
     pub pod_deleted: bool,
+}
+
+/// What `drain --cancel` did.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Cancelled {
+    /// The worker.
+    pub worker: String,
+    /// True when it was marked draining (and no longer is).
+    pub was_draining: bool,
 }
 
 fn held_by<'a>(snapshot: &'a Snapshot, worker: &str) -> Vec<&'a Lease> {
@@ -96,8 +114,8 @@ async fn withdraw(target: &Target, lease: &Lease, asker: &str) -> Result<()> {
     }
 }
 
-/// Runs `drain`.
-pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
+/// The worker named on the command line, and the consumer's arguments without it.
+fn worker_and_target(args: &DrainArgs) -> Result<(String, TargetArgs)> {
     let mut target_args = args.target.clone();
     let worker = match (&target_args.consumer, &args.worker, &target_args.table) {
         (Some(_), Some(worker), _) => worker.clone(),
@@ -112,49 +130,107 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
             ));
         }
     };
-    let target = resolve(&target_args).await?;
-    let worker = worker.as_str();
-    let snapshot = read(&target).await?;
-    let now = now_ms();
-    let live: Vec<&str> = snapshot.members.iter().filter(|m| m.fresh(now)).map(|m| m.owner.as_str()).collect();
-    if !live.contains(&worker) {
-        return Err(CliError::NotFound(format!(
-            "worker {worker} is not a live member of {} (live: {})",
-            target.name(),
-            if live.is_empty() { "none".to_string() } else { live.join(", ") }
-        )));
+    Ok((worker, target_args))
+}
+
+/// Runs `drain --cancel`.
+async fn cancel(target: &Target, worker: &str, format: Format) -> Result<()> {
+    let was_draining = unmark(target, worker).await?;
+    if was_draining {
+        // Workers that read the table in segments learn of the change at once.
+        target.store("leasehold-cli").announce().await?;
     }
-    let others: Vec<&str> = live.iter().copied().filter(|w| *w != worker).collect();
-    if others.is_empty() {
-        return Err(CliError::Refused(format!(
-            "refused: {worker} is the only live worker of {}: nobody could take its leases",
-            target.name()
-        )));
+    let outcome = Cancelled { worker: worker.to_string(), was_draining };
+    if !structured(format, &outcome)? {
+        if was_draining {
+            println!("{worker}: drain cancelled; it takes its fair share again");
+        } else {
+            println!("{worker} was not draining");
+        }
     }
-    let held: Vec<Lease> = held_by(&snapshot, worker).into_iter().cloned().collect();
-    // Each lease to the least loaded of the others.
+    Ok(())
+}
+
+/// Writes handoff requests for `held` on behalf of the least loaded of `others` (the drained worker
+/// honours them at its next scan, before the others' own scans ask); lease -> asker, as written.
+async fn request_handoffs(
+    target: &Target,
+    snapshot: &Snapshot,
+    held: &[Lease],
+    others: &[&str],
+) -> Result<Vec<(Lease, String)>> {
     let mut load: BTreeMap<&str, usize> =
         others.iter().map(|w| (*w, snapshot.leases.iter().filter(|l| l.is_held_by(w)).count())).collect();
-    let mut requested: BTreeMap<String, String> = BTreeMap::new();
-    let mut mine: Vec<(Lease, String)> = Vec::new();
-    for lease in &held {
-        if lease.handoff_to.is_some() {
+    let mut written: Vec<(Lease, String)> = Vec::new();
+    for lease in held {
+        if lease.handoff_to.as_deref().is_some_and(|asker| others.contains(&asker)) {
             continue;
         }
         let Some((&to, _)) = load.iter().min_by_key(|(w, n)| (**n, **w)) else { break };
-        let store = target.store(to);
-        match store.request_handoff(lease).await {
-            Ok(written) => {
-                requested.insert(lease.key.to_string(), to.to_string());
-                mine.push((written, to.to_string()));
+        match target.store(to).request_handoff(lease).await {
+            Ok(row) => {
+                written.push((row, to.to_string()));
                 *load.entry(to).or_default() += 1;
             }
-            // The row moved since the read: leave it.
+            // The row moved since the read (handed over already, or asked for by a worker): leave it.
             Err(e) if e.is_not_held() => {}
             Err(e) => return Err(e.into()),
         }
     }
-    eprintln!("{worker}: {} lease(s) held; {} handoff request(s) written", held.len(), requested.len());
+    Ok(written)
+}
+
+/// Deletes the worker's pod (the consumer's namespace).
+async fn delete_pod(target: &Target, worker: &str) -> Result<String> {
+    let (ns, _) = crate::needs_resource(target, "--delete-pod")?;
+    let pods: Api<Pod> = Api::namespaced(kube_client().await?, &ns);
+    pods.delete(worker, &Default::default()).await?;
+    Ok(ns)
+}
+
+/// Runs `drain`.
+pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
+    let (worker, target_args) = worker_and_target(args)?;
+    let target = resolve(&target_args).await?;
+    let worker = worker.as_str();
+    if args.cancel {
+        return cancel(&target, worker, format).await;
+    }
+    if args.delete_pod {
+        crate::needs_resource(&target, "--delete-pod")?;
+    }
+    let snapshot = read(&target).await?;
+    let now = now_ms();
+    let live: Vec<&MemberRow> = snapshot.members.iter().filter(|m| m.fresh(now)).collect();
+    if !live.iter().any(|m| m.owner == worker) {
+        let names: Vec<&str> = live.iter().map(|m| m.owner.as_str()).collect();
+        return Err(CliError::NotFound(format!(
+            "worker {worker} is not a live member of {} (live: {})",
+            target.name(),
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        )));
+    }
+    let others: Vec<&str> =
+        live.iter().filter(|m| m.owner != worker && !m.is_draining()).map(|m| m.owner.as_str()).collect();
+    if others.is_empty() {
+        let why = if live.len() > 1 { "every other live worker is draining" } else { "it is the only live worker" };
+        return Err(CliError::Refused(format!(
+            "refused: {why} of {}: nobody could take {worker}'s leases",
+            target.name()
+        )));
+    }
+    let was_draining = !mark(&target, worker).await?;
+    // Workers that read the table in segments learn of the mark at once.
+    target.store("leasehold-cli").announce().await?;
+    let held: Vec<Lease> = held_by(&snapshot, worker).into_iter().cloned().collect();
+    let mine = request_handoffs(&target, &snapshot, &held, &others).await?;
+    let requested: BTreeMap<String, String> = mine.iter().map(|(l, to)| (l.key.to_string(), to.clone())).collect();
+    eprintln!(
+        "{worker} marked draining{}: {} lease(s) held; {} handoff request(s) written",
+        if was_draining { " (it already was)" } else { "" },
+        held.len(),
+        requested.len()
+    );
     let started = Instant::now();
     let mut deadline = started + args.timeout;
     let tty = std::io::stderr().is_terminal();
@@ -170,15 +246,13 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         if tty {
             eprint!("\r\x1b[2K{line} ({}s)", started.elapsed().as_secs());
         } else {
-            eprintln!("{line}");
+            eprintln!("{line} ({}s)", started.elapsed().as_secs());
         }
         if Instant::now() > deadline {
             if args.delete_pod && !pod_deleted {
-                let (ns, _) = crate::needs_resource(&target, "--delete-pod")?;
-                let pods: Api<Pod> = Api::namespaced(kube_client().await?, &ns);
-                pods.delete(worker, &Default::default()).await?;
+                let ns = delete_pod(&target, worker).await?;
                 eprintln!(
-                    "\n{worker} keeps {} lease(s) at its fair share: pod {ns}/{worker} deleted; on SIGTERM it checkpoints and releases them",
+                    "\n{worker} still holds {} lease(s): pod {ns}/{worker} deleted; on SIGTERM it checkpoints and releases them",
                     remaining.len()
                 );
                 pod_deleted = true;
@@ -206,25 +280,35 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         }
         let keys: Vec<String> = remaining.iter().map(|l| l.key.to_string()).collect();
         return Err(CliError::Timeout(format!(
-            "{worker} still holds {} lease(s) after {}: {}. A worker hands over only the leases above its fair share \
-             (it keeps ~{} of {} here); pending requests were withdrawn. Finish by removing it: delete its pod \
-             (or run drain with --delete-pod) — on SIGTERM it checkpoints and releases every lease at once, with no repeats.",
+            "{worker} still holds {} lease(s) after {}: {}. It stays marked draining and hands them over as the \
+             others ask (a lease whose records are slow to finish takes that long); run drain again to keep \
+             waiting, drain --cancel to put it back to work, or delete its pod (or run drain with --delete-pod): \
+             on SIGTERM it checkpoints and releases every lease at once, with no repeats.",
             keys.len(),
             humantime::format_duration(args.timeout),
             keys.join(", "),
-            snapshot.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).count().div_ceil(live.len()),
-            snapshot.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).count()
         )));
+    }
+    if args.delete_pod && !pod_deleted {
+        let ns = delete_pod(&target, worker).await?;
+        eprintln!("pod {ns}/{worker} deleted");
+        pod_deleted = true;
     }
     let outcome = Outcome {
         worker: worker.to_string(),
         held: held.iter().map(|l| l.key.to_string()).collect(),
         requested,
         remaining: Vec::new(),
+        was_draining,
         pod_deleted,
     };
     if !structured(format, &outcome)? {
-        println!("{worker} drained: {} lease(s) handed over", outcome.held.len());
+        println!("{worker} drained: {} lease(s) handed over; it takes none while marked draining", outcome.held.len());
+        if !pod_deleted {
+            println!(
+                "its pod can be removed now (the mark goes with its membership row); `drain --cancel` puts it back to work"
+            );
+        }
     }
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 pub mod describe;
 pub mod drain;
+pub mod draining;
 pub mod error;
 pub mod kcl;
 pub mod output;
@@ -58,8 +59,8 @@ pub enum Command {
     /// Clear spec.paused and wait until the workers are back.
     #[command(after_help = EXIT_CODES_HELP)]
     Resume(pause::PauseArgs),
-    /// Ask one worker to hand all its leases to the other live workers (cooperative handoff, no
-    /// repeats) and wait until it holds none.
+    /// Mark one worker draining: it hands all its leases to the other live workers (cooperative
+    /// handoff, no repeats) and takes none while marked; wait until it holds none. `--cancel` unmarks.
     #[command(after_help = EXIT_CODES_HELP)]
     Drain(Box<drain::DrainArgs>),
     /// Copy the checkpoints of a Java KCL lease table into the consumer's (dry run by default), so a

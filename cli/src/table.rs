@@ -1,5 +1,6 @@
 //! One consistent read of a lease table: the leases (decoded by the worker's own codec), the rows that
-//! could not be read, the membership rows, and what the worker's codec does not carry (lag, expiry).
+//! could not be read, the membership rows, and what the worker's codec does not carry (lag, expiry,
+//! since when a member drains).
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -24,9 +25,16 @@ pub struct MemberRow {
     pub counter: u64,
     /// The expiry its last heartbeat wrote (epoch ms, the worker's wall clock).
     pub expiry_ms: Option<i64>,
+    /// When it was marked draining (epoch ms), while it is.
+    pub draining_since_ms: Option<i64>,
 }
 
 impl MemberRow {
+    /// True while it carries the draining mark.
+    pub fn is_draining(&self) -> bool {
+        self.draining_since_ms.is_some()
+    }
+
     /// True while its last heartbeat's expiry lies ahead on this machine's wall clock.
     pub fn fresh(&self, now_ms: i64) -> bool {
         self.expiry_ms.is_some_and(|expiry| expiry > now_ms)
@@ -70,11 +78,12 @@ pub async fn read(target: &Target) -> Result<Snapshot> {
             .scan()
             .table_name(&target.table)
             .consistent_read(true)
-            .projection_expression("#k, #c, #e, #l")
+            .projection_expression("#k, #c, #e, #l, #d")
             .expression_attribute_names("#k", attr::LEASE_KEY)
             .expression_attribute_names("#c", attr::LEASE_COUNTER)
             .expression_attribute_names("#e", attr::LEASE_EXPIRY)
             .expression_attribute_names("#l", LAG_ATTRIBUTE)
+            .expression_attribute_names("#d", attr::MEMBER_DRAINING)
             .set_exclusive_start_key(start)
             .send()
             .await
@@ -86,6 +95,7 @@ pub async fn read(target: &Target) -> Result<Snapshot> {
                     owner: owner.to_string(),
                     counter: number(&item, attr::LEASE_COUNTER).and_then(|n| u64::try_from(n).ok()).unwrap_or(0),
                     expiry_ms: number(&item, attr::LEASE_EXPIRY),
+                    draining_since_ms: number(&item, attr::MEMBER_DRAINING),
                 });
             } else if let Some(lag) = number(&item, LAG_ATTRIBUTE) {
                 snapshot.lag_ms.insert(key.clone(), lag);

@@ -4,7 +4,8 @@
 # by AWS's aws-kinesis-agg), checkpoints inside an aggregate on one shard, and is killed mid-stream;
 # the CLI imports its checkpoints; a leasehold-worker then processes every record after the KCL's
 # checkpoints and none before them (0 gaps, 0 repeats beyond the KCL's own uncheckpointed tail).
-# Needs the emulators (tests/ground/emulators.sh start), a JDK and Maven (the KCL jars), python3.
+# Needs the emulators (tests/ground/emulators.sh start) and python3; installs a JDK and Maven when missing
+# (tests/ground/kcl-java.sh). Run by `make test` through cli/tests/import_kcl_java.rs.
 source "$(dirname "$0")/common.sh"
 HERE="$(cd "$(dirname "$0")" && pwd)"
 KCLPY="$("$HERE/kclpy.sh")"
@@ -16,8 +17,14 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import boto3, aws_kin
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet boto3 "aws-kinesis-agg==1.2.3" "protobuf==7.36.2" "six==1.17.0" >&2
 fi
-log "building leasehold and leasehold-worker"
-cargo build --quiet -p leasehold-cli --bin leasehold -p leasehold-worker --bin leasehold-worker
-TARGET="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target}/debug"
-export LEASEHOLD_BIN="$TARGET/leasehold" LEASEHOLD_WORKER_BIN="$TARGET/leasehold-worker"
+# The cargo test that runs this script (cli/tests/import_kcl_java.rs) passes the binaries it was built
+# with: a cargo build from inside `cargo test` would wait on the build directory's lock.
+if [ -z "${LEASEHOLD_BIN:-}" ] || [ -z "${LEASEHOLD_WORKER_BIN:-}" ]; then
+  log "building leasehold and leasehold-worker"
+  cargo build --quiet -p leasehold-cli --bin leasehold -p leasehold-worker --bin leasehold-worker
+  TARGET="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target}/debug"
+  export LEASEHOLD_BIN="$TARGET/leasehold" LEASEHOLD_WORKER_BIN="$TARGET/leasehold-worker"
+fi
+[ -x "$LEASEHOLD_BIN" ] || die "$LEASEHOLD_BIN is missing"
+[ -x "$LEASEHOLD_WORKER_BIN" ] || die "$LEASEHOLD_WORKER_BIN is missing"
 exec "$VENV/bin/python" "$HERE/kcl-import.py" "$@"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The real Java KCL MultiLangDaemon, for side-by-side measurements with the worker's multilang processor.
-#   kcl-java.sh install   fetch amazon-kinesis-client-multilang and its dependency tree from Maven
-#                         Central into $LEASEHOLD_CACHE/kcl-java/<version>/jars (idempotent); prints the dir
+# The real Java KCL MultiLangDaemon, for side-by-side measurements with the worker's multilang processor
+# and the KCL import test.
+#   kcl-java.sh install   install a JDK and Maven from Debian's packages when missing (default-jdk-headless,
+#                         maven), then fetch amazon-kinesis-client-multilang and its dependency tree from
+#                         Maven Central into $LEASEHOLD_CACHE/kcl-java/<version>/jars (idempotent); prints the dir
 #   kcl-java.sh classpath print the classpath ('<jars>/*')
 # KCL_VERSION picks the version. amazon_kclpy 3.2.0 names 3.5.3, but the Maven Central reachable here
 # serves amazon-kinesis-client-multilang only in 2.2.0, 2.5.4 and 3.1.3; 3.1.3 adds a lease-table GSI that dynalite
@@ -11,10 +13,28 @@ KCL_VERSION="${KCL_VERSION:-2.5.4}"
 BASE="$LEASEHOLD_CACHE/kcl-java/$KCL_VERSION"
 JARS="$BASE/jars"
 
+# A JDK and Maven from Debian when missing: CI machines may have neither. The .debs are cached.
+install_tools() {
+  local missing=()
+  command -v java >/dev/null || missing+=(default-jdk-headless)
+  command -v mvn >/dev/null || missing+=(maven)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  command -v apt-get >/dev/null || die "apt-get not found: install a JDK (17+) and Maven by hand (${missing[*]})"
+  log "installing ${missing[*]} from Debian's packages"
+  mkdir -p "$LEASEHOLD_CACHE/debs/partial"
+  local apt=(apt-get -q -y --no-install-recommends -o "Dir::Cache::archives=$LEASEHOLD_CACHE/debs")
+  # A machine that never ran apt-get update has no package lists: update once, then try again.
+  if ! DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "${missing[@]}" >&2; then
+    apt-get -q update >&2 || die "apt-get update failed"
+    DEBIAN_FRONTEND=noninteractive "${apt[@]}" install "${missing[@]}" >&2 || die "apt-get install ${missing[*]} failed"
+  fi
+  command -v java >/dev/null || die "java is still missing after installing default-jdk-headless"
+  command -v mvn >/dev/null || die "mvn is still missing after installing maven"
+}
+
 install() {
+  install_tools
   if [ -f "$JARS/.complete" ]; then echo "$JARS"; return; fi
-  command -v mvn >/dev/null || die "maven (mvn) is needed to fetch the KCL jars"
-  command -v java >/dev/null || die "a JDK (17+) is needed to run the KCL"
   mkdir -p "$BASE"
   cat > "$BASE/pom.xml" <<POM
 <?xml version="1.0" encoding="UTF-8"?>

@@ -557,6 +557,30 @@ async fn membership_rows_count_live_workers<H: Harness>(h: &H) {
     assert!(b.list().await.unwrap().members.is_empty());
 }
 
+async fn heartbeats_keep_a_draining_mark<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    a.heartbeat().await.unwrap();
+    let before = a.list().await.unwrap().members.into_iter().find(|m| m.owner == "a").expect("a's row");
+    assert!(!before.draining);
+    // `leasehold drain` marks the row without moving its counter.
+    let marked: Attributes = [
+        ("lease_key", AttrValue::S("#worker:a".into())),
+        ("lease_owner", AttrValue::S("a".into())),
+        ("lease_counter", AttrValue::N(before.counter.to_string())),
+        ("member_draining", AttrValue::N("1700000000000".into())),
+    ]
+    .into_iter()
+    .map(|(name, value)| (name.to_string(), value))
+    .collect();
+    h.put_raw(marked).await;
+    a.heartbeat().await.unwrap();
+    let after = a.list().await.unwrap().members.into_iter().find(|m| m.owner == "a").expect("a's row");
+    assert!(after.draining, "a heartbeat must not wipe the draining mark");
+    assert_eq!(after.counter, before.counter + 1, "and it still moves the counter");
+    a.leave().await.unwrap();
+    assert!(a.list().await.unwrap().members.is_empty(), "leaving takes the mark with the row");
+}
+
 async fn segments_split_the_table_and_watch_expiry_like_a_whole_read<H: Harness>(h: &H) {
     let (a, b_clock) = (h.store("a", clock()), clock());
     let b = h.store("b", b_clock.clone());
@@ -674,6 +698,7 @@ macro_rules! suite {
                     replace_swaps_an_unchanged_row_and_revokes_its_holder,
                     handoff_request_leaves_the_counter_and_release_to_transfers,
                     membership_rows_count_live_workers,
+                    heartbeats_keep_a_draining_mark,
                     segments_split_the_table_and_watch_expiry_like_a_whole_read,
                     announcing_moves_only_the_change_rows_counter,
                 );

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod records;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
@@ -16,9 +18,15 @@ use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, ManualClock};
 pub const FAST_TIMING: &str = "lease: {duration: 2s, renewInterval: 500ms, scanInterval: 250ms, shardSyncInterval: 1s, \
                                checkpointInterval: 200ms, gracefulTimeout: 3s}\n";
 
+/// The `leasehold` binary: `LEASEHOLD_BIN` when set (a copy of one's own build, on a machine where
+/// others build into the same target directory), else the one built with this test.
+pub fn leasehold_binary() -> PathBuf {
+    std::env::var_os("LEASEHOLD_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_leasehold")), PathBuf::from)
+}
+
 /// The `leasehold` command with test credentials and the emulators' endpoints.
 pub fn leasehold() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    let mut command = Command::new(leasehold_binary());
     command
         .env("AWS_ACCESS_KEY_ID", "leasehold-test")
         .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
@@ -78,8 +86,12 @@ pub fn run_with_env(args: &[&str], env: &[(&str, &str)]) -> Run {
     finished(command.output().expect("run leasehold"))
 }
 
-/// The worker binary built next to the test (`cargo test --workspace` and `make test` build it).
+/// The worker binary: `LEASEHOLD_WORKER_BIN` when set (as in the worker's tests), else the one built
+/// next to the test (`cargo test --workspace` and `make test` build it).
 pub fn worker_binary() -> PathBuf {
+    if let Some(binary) = std::env::var_os("LEASEHOLD_WORKER_BIN") {
+        return PathBuf::from(binary);
+    }
     let exe = std::env::current_exe().expect("test binary path");
     let debug = exe.parent().and_then(Path::parent).expect("target/debug");
     let binary = debug.join("leasehold-worker");

@@ -38,6 +38,8 @@ pub struct Moves {
     pub ask: Vec<Lease>,
     /// Running leases to hand over, with the asker.
     pub give: Vec<(LeaseKey, String)>,
+    /// True while this worker is draining: its share is 0 and it takes no lease but its own rows.
+    pub draining: bool,
 }
 
 /// Leases that should be running somewhere: not finished, and every parent finished.
@@ -54,13 +56,27 @@ pub fn targets(total: usize, workers: &[String]) -> BTreeMap<String, usize> {
     workers.iter().enumerate().map(|(i, w)| (w.clone(), base + usize::from(i < extra))).collect()
 }
 
+/// The live workers, this one included, in id order: `(every one, those that share the leases)`. A
+/// draining member ([`Member::draining`]) shares nothing, unless every live worker is draining: then
+/// the marks are ignored, so the shards keep a reader.
+pub fn sharing(me: &str, members: &[Member]) -> (Vec<String>, Vec<String>) {
+    let me_draining = members.iter().any(|m| m.owner == me && m.draining);
+    let mut live: Vec<(&str, bool)> =
+        members.iter().filter(|m| m.alive && m.owner != me).map(|m| (m.owner.as_str(), m.draining)).collect();
+    live.push((me, me_draining));
+    live.sort();
+    live.dedup();
+    let staying: Vec<String> = live.iter().filter(|(_, draining)| !draining).map(|(w, _)| w.to_string()).collect();
+    let all: Vec<String> = live.into_iter().map(|(w, _)| w.to_string()).collect();
+    if staying.is_empty() { (all.clone(), all) } else { (all, staying) }
+}
+
 /// Decides this worker's moves from `view`.
 pub fn plan(view: &View<'_>) -> Moves {
     let active = active(view.leases);
-    let mut workers: Vec<String> = view.members.iter().filter(|m| m.alive).map(|m| m.owner.clone()).collect();
-    workers.push(view.me.to_string());
-    workers.sort();
-    workers.dedup();
+    let (live, workers) = sharing(view.me, view.members);
+    // A draining worker takes nothing new and gives every lease it runs to whoever asks.
+    let draining = !workers.iter().any(|w| w == view.me);
     let alive: HashSet<&str> = workers.iter().map(String::as_str).collect();
     let targets = targets(active.len(), &workers);
     let target = targets.get(view.me).copied().unwrap_or(0);
@@ -72,7 +88,7 @@ pub fn plan(view: &View<'_>) -> Moves {
         }
     }
     let mine = active.iter().filter(|l| view.running.contains(&l.key)).count();
-    let mut moves = Moves { target, workers: workers.len(), ..Moves::default() };
+    let mut moves = Moves { target, workers: workers.len(), draining, ..Moves::default() };
 
     // Own rows not running (handed to us, or ours before a restart under a stable id): always take.
     moves.take.extend(
@@ -80,7 +96,7 @@ pub fn plan(view: &View<'_>) -> Moves {
     );
     let mut deficit = target.saturating_sub(mine + moves.take.len() + view.requested.len());
     // The rows the group's matching deals this worker: free ones to take, others' surplus to ask for.
-    let share = dealt(&active, &workers, &alive, &targets, &by_owner, view);
+    let share = dealt(&active, &live, &workers, &alive, &targets, &by_owner, view);
     let (dealt_free, dealt_held): (Vec<&Lease>, Vec<&Lease>) = share.into_iter().partition(|l| l.owner.is_none());
     for lease in dealt_free.iter().take(deficit) {
         moves.take.push((*lease).clone());
@@ -99,7 +115,9 @@ pub fn plan(view: &View<'_>) -> Moves {
         .copied()
         .collect();
     others.sort_by_key(|l| l.owner.as_deref().is_some_and(|o| alive.contains(o)));
-    moves.expired_candidates = others.into_iter().cloned().collect();
+    if !draining {
+        moves.expired_candidates = others.into_iter().cloned().collect();
+    }
 
     // Requests for our leases: honour them while we hold more than our share, and only for live askers.
     let mut surplus = mine.saturating_sub(target);
@@ -119,12 +137,14 @@ pub fn plan(view: &View<'_>) -> Moves {
 }
 
 /// This worker's share of the rows to move, by one matching every worker computes alike from the same
-/// view: the pool (free rows in key order, then each donor's surplus in id and key order) is dealt to
-/// the short workers in id order, each up to its deficit. Short workers thus take different free rows
-/// and ask different donors for different leases, instead of all racing for the first free rows and
-/// all asking the most loaded worker, all but one losing until their next read.
+/// view: the pool (free rows in key order, then each live donor's surplus in id and key order; all of a
+/// draining donor's leases are surplus) is dealt to the short workers in id order, each up to its
+/// deficit. Short workers thus take different free rows and ask different donors for different leases,
+/// instead of all racing for the first free rows and all asking the most loaded worker, all but one
+/// losing until their next read.
 fn dealt<'a>(
     active: &[&'a Lease],
+    donors: &[String],
     workers: &[String],
     alive: &HashSet<&str>,
     targets: &BTreeMap<String, usize>,
@@ -152,8 +172,8 @@ fn dealt<'a>(
     }
     let mut pool: Vec<&'a Lease> = active.iter().filter(|l| l.owner.is_none()).copied().collect();
     pool.sort_by(|a, b| a.key.cmp(&b.key));
-    for donor in workers {
-        let surplus = held(donor).saturating_sub(targets[donor]);
+    for donor in donors {
+        let surplus = held(donor).saturating_sub(targets.get(donor).copied().unwrap_or(0));
         if surplus == 0 {
             continue;
         }
@@ -195,7 +215,7 @@ mod tests {
     }
 
     fn member(owner: &str, alive: bool) -> Member {
-        Member { owner: owner.into(), counter: 1, alive, address: None }
+        Member { owner: owner.into(), counter: 1, alive, address: None, draining: false }
     }
 
     fn running(leases: &[Lease], me: &str) -> HashSet<LeaseKey> {
@@ -333,5 +353,82 @@ mod tests {
         let empty = HashSet::new();
         let moves = plan(&View { me: "b", leases: &leases, members: &members, running: &empty, requested: &requested });
         assert_eq!(moves.ask.len(), 1);
+    }
+
+    fn draining(owner: &str) -> Member {
+        Member { draining: true, ..member(owner, true) }
+    }
+
+    fn shard_numbers(leases: &[Lease]) -> Vec<usize> {
+        leases.iter().map(|l| l.key.shard_id().trim_start_matches("shardId-").parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn draining_members_share_nothing_unless_every_live_worker_drains() {
+        let names = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let members = [member("a", true), draining("b"), member("c", false), draining("d")];
+        assert_eq!(sharing("a", &members), (names(&["a", "b", "d"]), names(&["a"])), "c is silent");
+        assert_eq!(sharing("b", &members), (names(&["a", "b", "d"]), names(&["a"])));
+        let all_draining = [draining("a"), draining("b")];
+        assert_eq!(sharing("a", &all_draining), (names(&["a", "b"]), names(&["a", "b"])), "marks ignored");
+    }
+
+    #[test]
+    fn a_draining_worker_gives_every_lease_to_live_askers_and_takes_none() {
+        let mut leases: Vec<Lease> = (0..3).map(|i| lease(i, Some("a"))).collect();
+        leases.extend((3..6).map(|i| lease(i, Some("b"))));
+        leases.push(lease(6, None));
+        leases.push(lease(7, Some("dead")));
+        leases[0].handoff_to = Some("b".into());
+        leases[1].handoff_to = Some("c".into());
+        leases[2].handoff_to = Some("dead".into());
+        let members = [draining("a"), member("b", true), draining("c"), member("dead", false)];
+        let run = running(&leases, "a");
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "a", leases: &leases, members: &members, running: &run, requested: &empty });
+        assert!(moves.draining);
+        assert_eq!(moves.target, 0);
+        assert!(moves.take.is_empty() && moves.ask.is_empty(), "no free row taken, nothing asked: {moves:?}");
+        assert!(moves.expired_candidates.is_empty(), "not even a dead worker's lease");
+        let given: Vec<(usize, &str)> = moves
+            .give
+            .iter()
+            .map(|(key, to)| (key.shard_id().trim_start_matches("shardId-").parse().unwrap(), to.as_str()))
+            .collect();
+        assert_eq!(given, vec![(0, "b")], "below its share of 0 it gives all, but only to a live, staying asker");
+    }
+
+    #[test]
+    fn a_lease_handed_to_a_worker_as_it_starts_draining_is_taken_to_be_handed_on() {
+        let leases = vec![lease(0, Some("a")), lease(1, Some("b"))];
+        let members = [draining("a"), member("b", true)];
+        let empty = HashSet::new();
+        let moves = plan(&View { me: "a", leases: &leases, members: &members, running: &empty, requested: &empty });
+        assert_eq!(shard_numbers(&moves.take), vec![0], "its own row, not running: a reader must finish it");
+    }
+
+    #[test]
+    fn peers_leave_a_draining_worker_out_and_deal_all_its_leases_among_themselves() {
+        let mut leases: Vec<Lease> = (0..2).map(|i| lease(i, Some("a"))).collect();
+        leases.extend((2..4).map(|i| lease(i, Some("b"))));
+        leases.extend((4..6).map(|i| lease(i, Some("c"))));
+        let members = [member("a", true), member("b", true), draining("c")];
+        let empty = HashSet::new();
+        let asks = |me: &str| {
+            let moves = plan(&View { me, leases: &leases, members: &members, running: &empty, requested: &empty });
+            assert_eq!((moves.target, moves.workers), (3, 2), "{me}: 6 leases over the 2 staying workers");
+            shard_numbers(&moves.ask)
+        };
+        assert_eq!((asks("a"), asks("b")), (vec![4], vec![5]), "c's two leases, one each");
+        // Once handed over, nobody moves anything: c's share is 0.
+        for lease in leases.iter_mut().filter(|l| l.is_held_by("c")) {
+            let to = if lease.key.shard_id().ends_with('4') { "a" } else { "b" };
+            lease.owner = Some(to.into());
+        }
+        for me in ["a", "b", "c"] {
+            let run = running(&leases, me);
+            let moves = plan(&View { me, leases: &leases, members: &members, running: &run, requested: &empty });
+            assert!(moves.take.is_empty() && moves.ask.is_empty() && moves.give.is_empty(), "{me}: {moves:?}");
+        }
     }
 }

@@ -99,8 +99,9 @@ pub struct Coordinator {
     /// When to scan again before the next regular tick: soon after taking rows their holder freed, as
     /// a holder's releases come in a burst that a scan may have cut in two.
     rescan_at: Option<Instant>,
-    /// This worker's fair share and the live workers it was computed over, logged when they change.
-    share: (usize, usize),
+    /// This worker's fair share, the live workers it was computed over and whether it is draining,
+    /// logged when they change.
+    share: (usize, usize, bool),
     /// What `scan: segmented` keeps between scans (unused with `scan: full`).
     segmented: SegmentedScan,
     /// Handoff notices taken and sent (see `notices.rs`).
@@ -147,7 +148,7 @@ impl Coordinator {
             next_sync: Instant::now(),
             next_expiry: None,
             rescan_at: None,
-            share: (0, 0),
+            share: (0, 0, false),
             segmented: SegmentedScan::new(Instant::now()),
             handoffs: Handoffs::default(),
         }
@@ -312,9 +313,15 @@ impl Coordinator {
             give = moves.give.len(),
             "planned"
         );
-        if (moves.target, moves.workers) != self.share {
-            self.share = (moves.target, moves.workers);
-            tracing::info!(target = moves.target, workers = moves.workers, running = self.running.len(), "fair share");
+        if (moves.target, moves.workers, moves.draining) != self.share {
+            self.share = (moves.target, moves.workers, moves.draining);
+            tracing::info!(
+                target = moves.target,
+                workers = moves.workers,
+                draining = moves.draining,
+                running = self.running.len(),
+                "fair share"
+            );
         }
         if segmented {
             self.plan_segmented(&mut moves, page, &fresh, whole, now).await;

@@ -98,7 +98,8 @@ struct Peer {
 pub(super) struct Peers(Vec<Peer>);
 
 impl Peers {
-    /// The live members other than `me` that advertise an address, with their lease counts in `leases`.
+    /// The live members other than `me` that advertise an address and are not draining, with their
+    /// lease counts in `leases`.
     pub(super) fn from_view(leases: &[Lease], members: &[Member], me: &str) -> Self {
         let mut held: HashMap<&str, usize> = HashMap::new();
         for owner in leases.iter().filter_map(|l| l.owner.as_deref()) {
@@ -106,7 +107,7 @@ impl Peers {
         }
         let mut peers: Vec<Peer> = members
             .iter()
-            .filter(|m| m.alive && m.owner != me)
+            .filter(|m| m.alive && m.owner != me && !m.draining)
             .filter_map(|m| {
                 let address = m.address.clone()?;
                 Some(Peer { owner: m.owner.clone(), held: held.get(m.owner.as_str()).copied().unwrap_or(0), address })
@@ -196,7 +197,8 @@ impl Coordinator {
     pub(super) async fn take_noticed(&mut self, notice: HandoffNotice) {
         self.metrics().handoff_noticed("received");
         tracing::info!(from = notice.from, leases = notice.leases.len(), "handoff notice received");
-        if self.settings.assigned.is_some() {
+        // A draining worker takes nothing, however it hears of a free row (its last plan said so).
+        if self.settings.assigned.is_some() || self.share.2 {
             return;
         }
         for text in notice.leases {
@@ -267,7 +269,7 @@ mod tests {
     }
 
     fn member(owner: &str, address: Option<&str>, alive: bool) -> Member {
-        Member { owner: owner.into(), counter: 1, alive, address: address.map(str::to_string) }
+        Member { owner: owner.into(), counter: 1, alive, address: address.map(str::to_string), draining: false }
     }
 
     #[test]
@@ -282,9 +284,13 @@ mod tests {
     }
 
     #[test]
-    fn silent_members_and_members_without_an_address_get_nothing() {
+    fn silent_or_draining_members_and_members_without_an_address_get_nothing() {
         let leases = [lease(0, Some("me"))];
-        let members = [member("a", None, true), member("b", Some("b:1"), false)];
+        let members = [
+            member("a", None, true),
+            member("b", Some("b:1"), false),
+            Member { draining: true, ..member("c", Some("c:1"), true) },
+        ];
         let peers = Peers::from_view(&leases, &members, "me");
         assert!(peers.assign([leases[0].key.clone()]).is_empty());
     }

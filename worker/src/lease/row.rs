@@ -43,6 +43,11 @@ pub mod attr {
     /// On a membership row: where the worker takes handoff notices (S, `host:port` of its HTTP
     /// endpoints), so a worker that releases leases to it can tell it at once. Absent when unknown.
     pub const MEMBER_ADDRESS: &str = "member_address";
+    /// On a membership row: when the worker was asked to drain, epoch ms (N), written by `leasehold
+    /// drain` and removed by `drain --cancel`. While it is present the worker takes no lease and hands
+    /// every lease it holds to the others, who leave it out of their fair shares. Written without
+    /// moving the counter (the counter is the worker's own proof of life); the heartbeat leaves it be.
+    pub const MEMBER_DRAINING: &str = "member_draining";
 }
 
 /// `lease_key` prefix of membership rows: one per live worker, `#worker:<owner>`, renewed like a lease
@@ -208,6 +213,8 @@ pub struct Member {
     pub alive: bool,
     /// Where the worker takes handoff notices ([`attr::MEMBER_ADDRESS`]), when it said.
     pub address: Option<String>,
+    /// True while the row carries [`attr::MEMBER_DRAINING`]: the worker hands its leases away.
+    pub draining: bool,
 }
 
 /// True when the row is a membership row rather than a shard's lease.
@@ -224,7 +231,8 @@ pub fn decode_member(attrs: &Attributes) -> Result<Member, Malformed> {
         .map_err(malformed)?
         .ok_or_else(|| malformed("lease_counter is missing".into()))?;
     let address = string(attrs, attr::MEMBER_ADDRESS).map_err(malformed)?;
-    Ok(Member { owner, counter, alive: true, address })
+    let draining = number::<i64>(attrs, attr::MEMBER_DRAINING).map_err(malformed)?.is_some();
+    Ok(Member { owner, counter, alive: true, address, draining })
 }
 
 /// A row of the table as read: a shard's lease or a worker's membership.
@@ -378,5 +386,16 @@ mod tests {
             assert!(err.reason.contains(reason), "{err:?} should say {reason}");
             assert_eq!(err.key, raw_key(&attrs));
         }
+    }
+
+    #[test]
+    fn a_membership_row_says_whether_its_worker_drains() {
+        let mut attrs =
+            row(&[("lease_key", AttrValue::S("#worker:w1".into())), ("lease_counter", AttrValue::N("4".into()))]);
+        assert_eq!(decode_member(&attrs).map(|m| (m.owner, m.draining)), Ok(("w1".into(), false)));
+        attrs.insert(attr::MEMBER_DRAINING.into(), AttrValue::N("1700000000000".into()));
+        assert_eq!(decode_member(&attrs).map(|m| m.draining), Ok(true));
+        attrs.insert(attr::MEMBER_DRAINING.into(), AttrValue::S("yes".into()));
+        assert!(decode_member(&attrs).is_err(), "a mark of the wrong type is malformed, like any attribute");
     }
 }

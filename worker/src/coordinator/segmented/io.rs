@@ -106,8 +106,10 @@ impl Coordinator {
         // Only rows read now are acted on: a copy from an older whole read may be stale.
         moves.take.retain(|l| fresh.contains(&l.key));
         moves.expired_candidates.retain(|l| fresh.contains(&l.key));
-        // Only a segment's readers take its orphans: on a whole read, only those freed in its segments.
-        let orphans = self.orphaned_free_rows(page, &moves.take, whole, now).await;
+        // Only a segment's readers take its orphans: on a whole read, only those freed in its segments;
+        // a draining worker takes none.
+        let orphans =
+            if moves.draining { Vec::new() } else { self.orphaned_free_rows(page, &moves.take, whole, now).await };
         moves.take.extend(orphans);
         let short = self.running.len() + moves.take.len() + self.requested.len() < moves.target;
         if !whole && short {

@@ -348,7 +348,7 @@ impl SegmentedScan {
     }
 
     /// True when `page` (rows read now) shows a change that moves the shares since the view: a row
-    /// freed or new, a shard ended, a worker new or gone silent, or a handoff request on a lease of
+    /// freed or new, a shard ended, a worker new, gone silent, draining or back from draining, or a handoff request on a lease of
     /// this worker (`askers`) from a worker the view does not show alive.
     fn changed(&self, page: &LeasePage, me: &str, askers: &[String]) -> bool {
         let Some(view) = &self.view else { return true };
@@ -363,7 +363,7 @@ impl SegmentedScan {
         });
         let members = page.members.iter().any(|member| match view.members.get(&member.owner) {
             None => member.owner != me,
-            Some(before) => before.alive != member.alive,
+            Some(before) => before.alive != member.alive || before.draining != member.draining,
         });
         // A request from a worker the view does not know (it joined since the last whole read): read
         // the group to judge it. A request from a worker known dead is ignored, as `plan` does.

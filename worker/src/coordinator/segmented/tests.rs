@@ -22,7 +22,10 @@ fn lease(shard: &str, owner: Option<&str>, counter: u64) -> Lease {
 fn the_shape_changes_with_the_spread_and_the_group_but_not_with_renewals() {
     let page = |owners: &[Option<&str>], counter: u64, members: &[&str]| LeasePage {
         leases: owners.iter().enumerate().map(|(i, o)| lease(&format!("s{i}"), *o, counter)).collect(),
-        members: members.iter().map(|m| Member { owner: (*m).into(), counter, alive: true, address: None }).collect(),
+        members: members
+            .iter()
+            .map(|m| Member { owner: (*m).into(), counter, alive: true, address: None, draining: false })
+            .collect(),
         ..LeasePage::default()
     };
     let shape = |page: &LeasePage| {
@@ -43,7 +46,7 @@ fn a_partial_read_updates_only_the_rows_it_read() {
     let mut view = TableView::default();
     let whole = LeasePage {
         leases: vec![lease("a", Some("w1"), 1), lease("b", Some("w2"), 1)],
-        members: vec![Member { owner: "w1".into(), counter: 1, alive: true, address: None }],
+        members: vec![Member { owner: "w1".into(), counter: 1, alive: true, address: None, draining: false }],
         ..LeasePage::default()
     };
     view.merge(&whole);
@@ -56,7 +59,7 @@ fn a_partial_read_updates_only_the_rows_it_read() {
 }
 
 fn member(owner: &str, alive: bool) -> Member {
-    Member { owner: owner.into(), counter: 1, alive, address: None }
+    Member { owner: owner.into(), counter: 1, alive, address: None, draining: false }
 }
 
 fn settings() -> CoordinatorSettings {

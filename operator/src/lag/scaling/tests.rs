@@ -83,7 +83,7 @@ fn a_lag_around_the_target_does_not_flap() {
 
     // Once scaled up, a lag that hovers between half the target and the target keeps the workers.
     let mut lags: Vec<_> = (0..=2).map(|i| (i * 60, Some(90))).collect();
-    lags.extend((3..400).map(|i| (i * 10 + 120, Some(30 + (i % 3) * 10))));
+    lags.extend((3..400).map(|i: i64| (i * 10 + 120, Some(30 + (i as u64 % 3) * 10))));
     let (replicas, _) = run(&lags);
     assert!(replicas[3..].iter().all(|r| *r == 4), "{replicas:?}");
 }

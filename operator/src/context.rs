@@ -68,8 +68,21 @@ impl Context {
 impl Context {
     /// Publishes an event on `consumer` (best effort: a failure is logged at debug and dropped).
     pub async fn publish(&self, consumer: &StreamConsumer, type_: EventType, reason: &str, note: String) {
-        let event =
-            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        self.publish_action(consumer, type_, reason, "Reconcile", note).await
+    }
+
+    /// [`Context::publish`] with its own `action`. The recorder folds events of the same type, reason
+    /// and action into one series that keeps the first note, so changes that each need their note
+    /// seen (every scaling step and why) name what they did in the action.
+    pub async fn publish_action(
+        &self,
+        consumer: &StreamConsumer,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
         if let Err(e) = self.recorder.publish(&event, &consumer.object_ref(&())).await {
             tracing::debug!(error = %e, "event not published");
         }

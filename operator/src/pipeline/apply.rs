@@ -35,7 +35,8 @@ pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired, 
             Some(why) => format!("workers scaled from {before} to {}: {why}", desired.replicas),
             None => format!("workers scaled from {before} to {}", desired.replicas),
         };
-        ctx.publish(consumer, EventType::Normal, "Scaled", note).await;
+        let action = format!("Scale{before}To{}", desired.replicas);
+        ctx.publish_action(consumer, EventType::Normal, "Scaled", &action, note).await;
     }
     Ok(applied.status.and_then(|s| s.ready_replicas).unwrap_or(0))
 }

@@ -280,7 +280,10 @@ impl StreamConsumerSpec {
         let lag = self.workers.autoscaling.as_ref()?.lag.as_ref()?;
         let field = "spec.workers.autoscaling.lag";
         if self.lease_table.is_none() {
-            errors.push(FieldError::new(field, "workers.autoscaling.lag needs leaseTable: the lag is read from the lease rows"));
+            errors.push(FieldError::new(
+                field,
+                "workers.autoscaling.lag needs leaseTable: the lag is read from the lease rows",
+            ));
         }
         let target = duration(errors, &format!("{field}.target"), Some(&lag.target), Duration::ZERO);
         let scale_up_after = duration(

@@ -23,11 +23,14 @@ pub struct LeaseRows {
     pub read_at: Timestamp,
 }
 
+/// When a consumer's rows were last read, and what the read gave (`None`: it failed).
+type LastRead = (Instant, Option<Arc<LeaseRows>>);
+
 /// Per-consumer cache of the last read.
 #[derive(Debug)]
 pub struct LeaseReads {
     interval: Duration,
-    entries: Mutex<HashMap<String, (Instant, Option<Arc<LeaseRows>>)>>,
+    entries: Mutex<HashMap<String, LastRead>>,
 }
 
 impl LeaseReads {
@@ -61,7 +64,7 @@ impl LeaseReads {
         self.lock().remove(key);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Option<Arc<LeaseRows>>)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, LastRead>> {
         self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }

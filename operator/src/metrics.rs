@@ -92,7 +92,11 @@ impl Default for Metrics {
             "Largest lag of a held shard of the StreamConsumer, as its holder last wrote it",
             consumer_lag.clone(),
         );
-        consumer.register("shard_lag_seconds", "Lag of each held shard, as its holder last wrote it", shard_lag.clone());
+        consumer.register(
+            "shard_lag_seconds",
+            "Lag of each held shard, as its holder last wrote it",
+            shard_lag.clone(),
+        );
         consumer.register(
             "unheld_shards",
             "Open shards whose lease row has no owner or whose lease ran out, as last read",
@@ -202,7 +206,10 @@ mod tests {
         metrics.publish_lag(&orders, &first);
         let text = metrics.text();
         assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 72.0"#), "{text}");
-        assert!(text.contains(r#"leasehold_consumer_shard_lag_seconds{namespace="shop",name="orders",shard="o:s0"} 3.0"#), "{text}");
+        assert!(
+            text.contains(r#"leasehold_consumer_shard_lag_seconds{namespace="shop",name="orders",shard="o:s0"} 3.0"#),
+            "{text}"
+        );
         assert!(text.contains(r#"leasehold_consumer_unheld_shards{namespace="shop",name="orders"} 1"#), "{text}");
         let second = LagReading { shards: vec![shard("o:s1", 5)], unheld: 0, unmeasured: 1, read_at };
         metrics.publish_lag(&orders, &second);
@@ -211,6 +218,9 @@ mod tests {
         assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 5.0"#), "{text}");
         metrics.forget_consumer(&orders);
         assert!(!metrics.text().contains(r#"name="orders""#));
-        assert!(metrics.text().contains("leasehold_operator_reconciles_total"), "the operator's own series keep their prefix");
+        assert!(
+            metrics.text().contains("leasehold_operator_reconciles_total"),
+            "the operator's own series keep their prefix"
+        );
     }
 }

@@ -80,7 +80,7 @@ pub fn decide(target: &LagTarget, previous: &LagScalingStatus, observed: &Observ
         Band::Unknown => {}
         Band::Above(lag) => {
             state.below_half_since = None;
-            let above_since = state.above_target_since.get_or_insert_with(|| Time(now)).clone();
+            let above_since = state.above_target_since.get_or_insert(Time(now)).clone();
             // Each step waits a whole scaleUpAfter, counted from the crossing or from the last step.
             let window_start = match &state.last_step_at {
                 Some(step) if step.0 > above_since.0 => step.clone(),
@@ -105,7 +105,7 @@ pub fn decide(target: &LagTarget, previous: &LagScalingStatus, observed: &Observ
         }
         Band::UnderHalf(lag) => {
             state.above_target_since = None;
-            let since = state.below_half_since.get_or_insert_with(|| Time(now)).clone();
+            let since = state.below_half_since.get_or_insert(Time(now)).clone();
             if state.extra_replicas > 0 && reached(Some(&since), now, target.scale_down_after) {
                 why = Some(format!(
                     "lag {} under half the target {} for {}: back to the shard-count rule ({} workers, {} fewer)",
@@ -142,7 +142,10 @@ fn verdict(target: &LagTarget, band: Band, replicas: i32, ceiling: i32, observed
         }
         Band::Above(lag) if replicas >= ceiling => Verdict::failed(
             "AtMaxReplicas",
-            format!("lag {} above target {target_text} with maxReplicas ({replicas}) workers: raise maxReplicas", human(lag)),
+            format!(
+                "lag {} above target {target_text} with maxReplicas ({replicas}) workers: raise maxReplicas",
+                human(lag)
+            ),
         ),
         Band::Above(lag) => Verdict::ok(
             "AboveTarget",
@@ -152,10 +155,9 @@ fn verdict(target: &LagTarget, band: Band, replicas: i32, ceiling: i32, observed
                 human(target.scale_up_after)
             ),
         ),
-        Band::Between(lag) | Band::UnderHalf(lag) => Verdict::ok(
-            "BelowTarget",
-            format!("lag {} under target {target_text} ({replicas} workers)", human(lag)),
-        ),
+        Band::Between(lag) | Band::UnderHalf(lag) => {
+            Verdict::ok("BelowTarget", format!("lag {} under target {target_text} ({replicas} workers)", human(lag)))
+        }
     }
 }
 

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use leasehold_crds::{StreamCapacity, StreamConsumer, WorkerLeases};
 
 use crate::context::Context;
-use crate::lease_rows::LeaseRows;
 use crate::error::{Error, Result};
+use crate::lease_rows::LeaseRows;
 use crate::shards::StreamCount;
 
 /// Each named stream's capacity mode and open shards: `None` when streams are chosen by pattern or

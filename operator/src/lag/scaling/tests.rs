@@ -15,7 +15,13 @@ fn at(second: i64) -> Timestamp {
 }
 
 fn observed(second: i64, lag_secs: Option<u64>) -> Observed {
-    Observed { largest: lag_secs.map(Duration::from_secs), base: 2, open_shards: Some(6), max_replicas: 10, now: at(second) }
+    Observed {
+        largest: lag_secs.map(Duration::from_secs),
+        base: 2,
+        open_shards: Some(6),
+        max_replicas: 10,
+        now: at(second),
+    }
 }
 
 /// Runs `lags` (second, lag) through `decide` from a fresh state; returns the replicas after each step

@@ -255,3 +255,97 @@ async fn without_lag_settings_nothing_scales_on_lag() {
     assert!(status.lag_scaling.is_none(), "no lag scaling state: {:?}", status.lag_scaling);
     assert!(status.conditions.iter().all(|c| c.type_ != "LagScaling"));
 }
+
+/// Sets `lag_ms` on every shard row of `table`, leaving what the holders' conditions check alone.
+async fn set_lag(dynamodb: &aws_sdk_dynamodb::Client, table: &str, lag_ms: u64) {
+    let Ok(scan) = dynamodb.scan().table_name(table).consistent_read(true).send().await else { return };
+    for item in scan.items() {
+        let Some(key) = item.get("lease_key").and_then(|k| k.as_s().ok()) else { continue };
+        if key.starts_with('#') {
+            continue;
+        }
+        let _ = dynamodb
+            .update_item()
+            .table_name(table)
+            .key("lease_key", AttributeValue::S(key.clone()))
+            .update_expression("SET lag_ms = :lag")
+            .condition_expression("attribute_exists(lease_key)")
+            .expression_attribute_values(":lag", AttributeValue::N(lag_ms.to_string()))
+            .send()
+            .await;
+    }
+}
+
+/// With real workers (the stand-in kubelet runs the pods as processes): a lag above target adds a worker
+/// that takes leases, the lag draining takes it away after the window, and every record is processed
+/// exactly once across both changes (no process fails; scaling down is a SIGTERM, which hands over).
+/// The lag is written into the rows by the test, as a slow processor's holder would write it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_scaling_with_real_workers_processes_every_record_once() {
+    use leasehold_testkit::kinesis::{numbered, put_records};
+    use support::kubelet::Kubelet;
+
+    let ns = TestNamespace::new("lag-workers").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "lag-workers", 2).await;
+    let table = leasehold_testkit::unique_name("lag-workers");
+    let kubelet = Kubelet::start(ns.client.clone(), &ns.name, "app.kubernetes.io/name=leasehold-worker");
+    ns.create(
+        "orders",
+        json!({"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": table},
+               "workers": {"autoscaling": {"shardsPerWorker": 2, "minReplicas": 1, "maxReplicas": 2,
+                           "lag": {"target": "5s", "scaleUpAfter": "1s", "scaleDownAfter": "3s"}}},
+               "startPosition": "TRIM_HORIZON",
+               "lease": {"duration": "2s", "renewInterval": "500ms", "scanInterval": "250ms", "shardSyncInterval": "1s"},
+               "processor": {"stdout": {}}}),
+    )
+    .await
+    .expect("create consumer");
+    let held = |kubelet: &Kubelet| -> Vec<usize> {
+        let running = kubelet.running.lock().expect("running");
+        running.values().map(|w| w.held_shards().len()).collect()
+    };
+    wait("one worker holding both shards", SLOW, || async { held(&kubelet) == [2] }).await;
+    let first: Vec<_> = (0..20).flat_map(|n| (0..10).map(move |k| numbered(&format!("key-{k}"), n))).collect();
+    put_records(&kinesis, &stream, &first).await;
+
+    let writer = {
+        let (dynamodb, table) = (dynamodb.clone(), table.clone());
+        tokio::spawn(async move {
+            loop {
+                set_lag(&dynamodb, &table, 30_000).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    wait("a second worker holding a shard", SLOW, || async {
+        let mut counts = held(&kubelet);
+        counts.sort();
+        counts == [1, 1]
+    })
+    .await;
+    writer.abort();
+    let second: Vec<_> = (20..40).flat_map(|n| (0..10).map(move |k| numbered(&format!("key-{k}"), n))).collect();
+    put_records(&kinesis, &stream, &second).await;
+    set_lag(&dynamodb, &table, 0).await;
+    wait("back to one worker holding both shards", SLOW, || async {
+        ns.replicas("orders-workers").await == Some(1) && held(&kubelet) == [2]
+    })
+    .await;
+    let third: Vec<_> = (40..60).flat_map(|n| (0..10).map(move |k| numbered(&format!("key-{k}"), n))).collect();
+    put_records(&kinesis, &stream, &third).await;
+
+    let expected = first.len() + second.len() + third.len();
+    let deliveries = || {
+        let running = kubelet.running.lock().expect("running");
+        let finished = kubelet.finished.lock().expect("finished");
+        running.values().chain(finished.iter()).flat_map(|w| w.deliveries()).map(|d| d.data).collect::<Vec<String>>()
+    };
+    wait("every record processed", SLOW, || async { deliveries().len() >= expected }).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let all = deliveries();
+    let unique: std::collections::HashSet<&String> = all.iter().collect();
+    assert_eq!(unique.len(), expected, "every record processed");
+    assert_eq!(all.len(), expected, "no record processed twice");
+}

@@ -73,8 +73,11 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let rows = if table_ready { observe::lease_rows(consumer, ctx).await } else { None };
     let leases = rows.as_deref().map(observe::lease_spread).unwrap_or_default();
     let lag = rows.as_deref().map(|r| LagReading::of(&r.leases, r.read_at, resolved.durations.lease));
-    if let Some(lag) = &lag {
-        ctx.metrics.publish_lag(&consumer_labels(consumer), lag);
+    match &lag {
+        Some(lag) => ctx.metrics.publish_lag(&consumer_labels(consumer), lag),
+        // A table taken out of the spec leaves no lag to report; an unreadable one keeps the last.
+        None if consumer.spec.lease_table.is_none() => ctx.metrics.forget_consumer(&consumer_labels(consumer)),
+        None => {}
     }
     let by_shards = build::desired_replicas(&consumer.spec, open_shards);
     let open_rows = rows.as_deref().map(|r| r.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).count());

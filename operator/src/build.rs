@@ -183,6 +183,18 @@ fn restricted_container_security() -> SecurityContext {
     }
 }
 
+/// An environment variable holding a field of the pod (the downward API).
+fn pod_field(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector { field_path: field_path.into(), ..ObjectFieldSelector::default() }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
 /// The worker container, merged over a container named `worker` in the user's template if any.
 fn worker_container(base: Option<Container>, image: &str) -> Container {
     let mut container = base.unwrap_or_default();
@@ -194,18 +206,10 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
     container.args =
         Some(vec!["--config".into(), format!("{CONFIG_DIR}/{CONFIG_KEY}"), "--owner-id".into(), "$(POD_NAME)".into()]);
     let mut env = container.env.take().unwrap_or_default();
-    env.retain(|e| e.name != "POD_NAME");
-    env.push(EnvVar {
-        name: "POD_NAME".into(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(ObjectFieldSelector {
-                field_path: "metadata.name".into(),
-                ..ObjectFieldSelector::default()
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    });
+    env.retain(|e| e.name != "POD_NAME" && e.name != "POD_IP");
+    env.push(pod_field("POD_NAME", "metadata.name"));
+    // Where peers reach this worker's endpoints: it advertises `$POD_IP:<port>` for handoff notices.
+    env.push(pod_field("POD_IP", "status.podIP"));
     container.env = Some(env);
     let mut mounts = container.volume_mounts.take().unwrap_or_default();
     mounts.retain(|m| m.name != CONFIG_VOLUME);

@@ -14,6 +14,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
+use crate::coordinator::inbox;
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::signals::Signals;
@@ -29,9 +30,14 @@ struct Args {
     /// Lease owner id (default: spec.ownerId, else a fresh id per process).
     #[arg(long)]
     owner_id: Option<String>,
-    /// Address of /metrics, /healthz and /readyz (port 0: any free port, logged at start).
+    /// Address of /metrics, /healthz and /readyz (port 0: any free port, logged at start), and of the
+    /// handoff notices peers send when they shut down.
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
+    /// `host:port` at which peers reach this worker's endpoints (default: the bound address, or
+    /// `$POD_IP` with its port when bound to every interface; none: peers rely on their scans).
+    #[arg(long, env = "LEASEHOLD_ADVERTISE_ADDR")]
+    advertise_addr: Option<String>,
     /// Log format on standard error.
     #[arg(long, value_enum, default_value_t = LogFormat::Json)]
     log_format: LogFormat,
@@ -128,21 +134,52 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             return ExitCode::FAILURE;
         }
     };
-    if let Ok(address) = listener.local_addr() {
+    let bound = listener.local_addr().ok();
+    if let Some(address) = bound {
         tracing::info!(address = %address, "serving /metrics, /healthz and /readyz");
     }
+    let advertised = args.advertise_addr.or_else(|| bound.and_then(|b| advertised(b, std::env::var("POD_IP").ok())));
+    tracing::info!(address = advertised.as_deref().unwrap_or("-"), "taking handoff notices");
+    let (inbox, notices) = inbox(advertised);
     let metrics = Arc::new(Metrics::default());
-    let serving = health::serve(listener, metrics.health(), shutdown.clone());
+    let app = health::router(metrics.health(), shutdown.clone()).merge(notices);
+    let serving = health::serve_router(listener, app, shutdown.clone());
     tokio::spawn(async move {
         if let Err(e) = serving.await {
             tracing::error!(error = %e, "/metrics server failed");
         }
     });
-    match runtime::run(config, owner, processors, metrics, shutdown).await {
+    match runtime::run_taking_notices(config, owner, processors, metrics, shutdown, Some(inbox)).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "worker failed");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Where peers reach endpoints bound at `bound`: the bound address itself, or, bound to every
+/// interface, the pod's IP with the bound port (`None` without one: no address is a safe answer).
+fn advertised(bound: SocketAddr, pod_ip: Option<String>) -> Option<String> {
+    if !bound.ip().is_unspecified() {
+        return Some(bound.to_string());
+    }
+    let ip: std::net::IpAddr = pod_ip?.parse().ok()?;
+    Some(SocketAddr::new(ip, bound.port()).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_advertised_address_is_the_bound_one_or_the_pods() {
+        let any: SocketAddr = "0.0.0.0:9090".parse().expect("address");
+        let local: SocketAddr = "127.0.0.1:4000".parse().expect("address");
+        assert_eq!(advertised(local, None).as_deref(), Some("127.0.0.1:4000"));
+        assert_eq!(advertised(any, Some("10.1.2.3".into())).as_deref(), Some("10.1.2.3:9090"));
+        assert_eq!(advertised(any, Some("fd00::5".into())).as_deref(), Some("[fd00::5]:9090"));
+        assert_eq!(advertised(any, None), None);
+        assert_eq!(advertised(any, Some("not an ip".into())), None);
     }
 }

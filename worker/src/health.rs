@@ -102,7 +102,16 @@ pub fn router(health: Health, shutdown: CancellationToken) -> Router {
 /// `stop` is cancelled; to keep answering (503) during a graceful shutdown, pass a `stop` cancelled later
 /// and make the readiness source say false first.
 pub async fn serve(listener: tokio::net::TcpListener, health: Health, stop: CancellationToken) -> std::io::Result<()> {
-    let app = router(health, stop.clone());
+    serve_router(listener, router(health, stop.clone()), stop).await
+}
+
+/// Serves `app` (the endpoints' [`router`], perhaps with routes of the binary's own merged in) on
+/// `listener` until `stop` is cancelled.
+pub async fn serve_router(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: CancellationToken,
+) -> std::io::Result<()> {
     axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
 }
 

@@ -49,6 +49,9 @@ pub struct Metrics {
     pub lease_takeovers: Counter,
     /// Leases this worker handed over to the worker that asked for them (cooperative handoff).
     pub lease_handoffs: Counter,
+    /// Handoff notices (rows freed at shutdown, told to a peer), by `event`: `sent`, `unsent` (the
+    /// peer did not take it; the scans find the rows), `received`, `taken` (a row noticed and taken).
+    pub handoff_notices: Family<Labels, Counter>,
     /// Checkpoints written.
     pub checkpoints_written: Counter,
     /// Scans and membership heartbeats that could not use the lease table (retried with backoff).
@@ -104,6 +107,7 @@ impl Default for Metrics {
             renewals_failed: Counter::default(),
             lease_takeovers: Counter::default(),
             lease_handoffs: Counter::default(),
+            handoff_notices: Family::default(),
             checkpoints_written: Counter::default(),
             lease_table_failures: Counter::default(),
             lease_table_missing: Gauge::default(),
@@ -166,6 +170,11 @@ impl Metrics {
             "lease_handoffs",
             "Leases handed over to the worker that asked for them",
             self.lease_handoffs.clone(),
+        );
+        self.registry.register(
+            "handoff_notices",
+            "Handoff notices by event: sent, unsent (left to the scans), received, taken (a noticed row taken)",
+            self.handoff_notices.clone(),
         );
         self.registry.register("checkpoints_written", "Checkpoints written", self.checkpoints_written.clone());
         self.registry.register(
@@ -292,6 +301,11 @@ impl Metrics {
     /// How many subscriptions were replaced for `reason`.
     pub fn subscriptions_replaced(&self, reason: &'static str) -> u64 {
         self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).get()
+    }
+
+    /// Counts a handoff notice `event` (see [`Metrics::handoff_notices`]).
+    pub fn handoff_noticed(&self, event: &'static str) {
+        self.handoff_notices.get_or_create(&label("event", event)).inc();
     }
 
     /// Counts a check of a quiet fan-out shard's end, by `outcome`.

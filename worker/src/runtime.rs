@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 use crate::config::WorkerConfig;
-use crate::coordinator::{Coordinator, CoordinatorSettings, ScanMode};
+use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, ScanMode};
 use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
@@ -95,13 +95,29 @@ pub async fn run(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> Result<(), RuntimeError> {
+    run_taking_notices(config, owner, processors, metrics, shutdown, None).await
+}
+
+/// [`run`], taking handoff notices from `inbox` (whose route the caller serves at the address the
+/// inbox advertises): peers that shut down tell this worker at once which rows they freed for it.
+pub(crate) async fn run_taking_notices(
+    config: WorkerConfig,
+    owner: String,
+    processors: Arc<dyn ProcessorFactory>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    inbox: Option<HandoffInbox>,
+) -> Result<(), RuntimeError> {
     if owner.len() > MAX_OWNER_ID_BYTES {
         return Err(RuntimeError::OwnerIdTooLong(owner.len()));
     }
     let spec = &config.spec;
     let sdk = sdk_config(&spec.aws).await;
     // A shutdown while the lease table is still out of reach ends the run at once (nothing was read).
-    let Some(store) = lease_store(&config, &sdk, &owner, &metrics, &shutdown).await? else { return Ok(()) };
+    let address = inbox.as_ref().and_then(|inbox| inbox.address.clone());
+    let Some(store) = lease_store(&config, &sdk, &owner, address, &metrics, &shutdown).await? else {
+        return Ok(());
+    };
     // Streams the spec asks to create when missing, ACTIVE before any is read or written; a shutdown
     // meanwhile ends the run at once (nothing was read yet).
     let streams_client = kinesis_client(&sdk, &spec.aws);
@@ -118,7 +134,10 @@ pub async fn run(
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
     let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?;
     let settings = coordinator_settings(&config);
-    let coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), processors, settings);
+    let mut coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), processors, settings);
+    if let Some(inbox) = inbox {
+        coordinator = coordinator.with_handoff_inbox(inbox);
+    }
     metrics.set_ready(true);
     coordinator.run(shutdown).await;
     metrics.set_ready(false);
@@ -132,11 +151,12 @@ async fn lease_store(
     config: &WorkerConfig,
     sdk: &aws_config::SdkConfig,
     owner: &str,
+    address: Option<String>,
     metrics: &Metrics,
     shutdown: &CancellationToken,
 ) -> Result<Option<Arc<dyn LeaseStore>>, RuntimeError> {
     let spec = &config.spec;
-    let settings = LeaseSettings::new(owner).with_duration(config.resolved.durations.lease);
+    let settings = LeaseSettings::new(owner).with_duration(config.resolved.durations.lease).with_address(address);
     let Some(table) = &spec.lease_table else {
         tracing::info!("no leaseTable: leases are kept in memory (one instance; empty after a restart)");
         return Ok(Some(Arc::new(MemoryLeaseStore::new(settings))));

@@ -72,6 +72,13 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator
     );
 }
 
+/// A worker's log lines about leases and handoffs, for a failure message.
+fn lease_lines(worker: &WorkerProcess) -> String {
+    let text = worker.stderr_text();
+    let about = ["lease ", "handoff", "shutting down"];
+    text.lines().filter(|l| about.iter().any(|a| l.contains(a))).collect::<Vec<_>>().join("\n")
+}
+
 async fn sigterm_moves_shards_at_once_without_duplicates(emulator: Emulator) {
     let (kinesis, stream, [mut leaver, mut stayer]) = balanced_pair(emulator, 4, "term").await;
     let producer = Producer::start(kinesis.clone(), &stream, 50, Duration::from_millis(50));
@@ -85,8 +92,18 @@ async fn sigterm_moves_shards_at_once_without_duplicates(emulator: Emulator) {
     for shard in &moving {
         let moved = event_time(&stayer, "lease acquired", shard).expect("taken").duration_since(termed_at);
         println!("{shard}: moved {moved:?} after SIGTERM");
-        assert!(moved < LEASE / 2, "{shard} took {moved:?}: a graceful move must be well inside one lease");
+        assert!(
+            moved < LEASE / 2,
+            "{shard} took {moved:?}: a graceful move must be well inside one lease\nleaver:\n{}\nstayer:\n{}",
+            lease_lines(&leaver),
+            lease_lines(&stayer)
+        );
     }
+    // The leaver told the stayer of each row it freed (one notice a row), rather than leave them to its scans.
+    let notices = stayer.events("handoff notice received").len();
+    let on_notice = stayer.events("lease freed for this worker by its holder; taking it").len();
+    println!("{notices} handoff notices received, {on_notice} rows taken on them");
+    assert_eq!(notices, moving.len(), "one notice for each freed row\n{}", stayer.stderr_text());
     tokio::time::sleep(Duration::from_secs(1)).await;
     let written = producer.stop().await;
     wait_for("every record delivered", Duration::from_secs(30), || {

@@ -3,6 +3,7 @@
 //! shutdown.
 
 mod balance;
+mod notices;
 mod outage;
 mod running;
 mod segmented;
@@ -25,6 +26,8 @@ use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
+pub use notices::{HandoffInbox, inbox};
+use notices::{Handoffs, Peers};
 use outage::TableOutage;
 use running::beat;
 use segmented::SegmentedScan;
@@ -98,6 +101,8 @@ pub struct Coordinator {
     share: (usize, usize),
     /// What `scan: segmented` keeps between scans (unused with `scan: full`).
     segmented: SegmentedScan,
+    /// Handoff notices taken and sent (see `notices.rs`).
+    handoffs: Handoffs,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -142,7 +147,15 @@ impl Coordinator {
             rescan_at: None,
             share: (0, 0),
             segmented: SegmentedScan::new(Instant::now()),
+            handoffs: Handoffs::default(),
         }
+    }
+
+    /// The same coordinator taking handoff notices from `inbox` (the store's settings should advertise
+    /// the address that reaches it, so peers know where to send them).
+    pub fn with_handoff_inbox(mut self, inbox: HandoffInbox) -> Self {
+        self.handoffs.inbox = Some(inbox);
+        self
     }
 
     fn owner(&self) -> &str {
@@ -175,6 +188,7 @@ impl Coordinator {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                Some(notice) = self.handoffs.next() => self.take_noticed(notice).await,
                 _ = scan.tick() => self.tick().await,
                 _ = sleep_until_some(self.next_expiry) => self.tick().await,
                 _ = sleep_until_some(self.rescan_at) => {
@@ -281,8 +295,10 @@ impl Coordinator {
         let fresh: HashSet<LeaseKey> = page.leases.iter().map(|l| l.key.clone()).collect();
         let mut moves = if segmented {
             let (leases, members) = self.view_for_plan(&fresh);
+            self.handoffs.peers = Peers::from_view(&leases, &members, self.owner());
             self.moves(&leases, &members, &running_keys)
         } else {
+            self.handoffs.peers = Peers::from_view(&page.leases, &page.members, self.owner());
             self.moves(&page.leases, &page.members, &running_keys)
         };
         tracing::debug!(

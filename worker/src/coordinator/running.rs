@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -92,24 +93,38 @@ impl Coordinator {
         if left_first && let Err(e) = self.store.leave().await {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
         }
+        // Each released row is told at once to the peer it is freed for, so it need not wait for a scan.
+        let mut notices = self.notice_plan();
+        let mut sending = JoinSet::new();
         for running in self.running.values() {
             running.stop.cancel();
         }
         while !self.running.is_empty() {
             tokio::select! {
-                Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                Some((key, exit)) = self.exits_rx.recv() => {
+                    self.on_exit(key.clone(), exit).await;
+                    if let Some(address) = notices.remove(&key) {
+                        self.notify(&key, address, &mut sending);
+                    }
+                }
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
         // Readers that did not finish in time are abandoned: their in-flight records are redelivered
         // from the last record they completed.
-        for (key, running) in self.running.drain() {
+        let abandoned: Vec<_> = self.running.drain().collect();
+        for (key, running) in abandoned {
             tracing::warn!(shard = %key, "in-flight records did not finish in time; abandoning them");
             running.reader.abort();
             let progress = running.held.progress();
             release(&running.held, Some(progress), None).await;
+            if let Some(address) = notices.remove(&key) {
+                self.notify(&key, address, &mut sending);
+            }
         }
         self.metrics().leases_held.set(0);
+        // Each send is bounded by its own timeout.
+        sending.join_all().await;
         if left_first {
             self.announce("a worker left").await;
         }

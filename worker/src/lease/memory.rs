@@ -283,6 +283,9 @@ impl LeaseStore for MemoryLeaseStore {
         row.insert(attr::LEASE_OWNER.into(), AttrValue::S(self.settings.owner.clone()));
         row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(self.settings.expiry_ms().to_string()));
         row.insert(attr::LEASE_COUNTER.into(), AttrValue::N(counter.to_string()));
+        if let Some(address) = &self.settings.address {
+            row.insert(attr::MEMBER_ADDRESS.into(), AttrValue::S(address.clone()));
+        }
         Ok(())
     }
 

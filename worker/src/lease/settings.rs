@@ -17,17 +17,31 @@ pub struct LeaseSettings {
     pub duration: Duration,
     /// Wall clock for `lease_expiry`, monotonic clock for judging expiry.
     pub clock: Arc<dyn Clock>,
+    /// Where this worker takes handoff notices (`host:port`), written into its membership row so a
+    /// peer that releases leases can tell it at once; `None`: peers find freed rows by scanning.
+    pub address: Option<String>,
 }
 
 impl LeaseSettings {
     /// Settings for `owner` with the default duration and the machine's clocks.
     pub fn new(owner: impl Into<String>) -> Self {
-        Self { owner: owner.into(), duration: DEFAULT_LEASE_DURATION, clock: Arc::new(SystemClock::new()) }
+        Self {
+            owner: owner.into(),
+            duration: DEFAULT_LEASE_DURATION,
+            clock: Arc::new(SystemClock::new()),
+            address: None,
+        }
     }
 
     /// The same settings with another lease duration.
     pub fn with_duration(mut self, duration: Duration) -> Self {
         self.duration = duration;
+        self
+    }
+
+    /// The same settings advertising `address` for handoff notices in the membership row.
+    pub fn with_address(mut self, address: Option<String>) -> Self {
+        self.address = address;
         self
     }
 

@@ -185,7 +185,7 @@ impl Coordinator {
     }
 
     /// Whether `lease`'s parents are all finished, reading those the view shows unfinished again.
-    async fn parents_done_now(&mut self, lease: &Lease) -> bool {
+    pub(in crate::coordinator) async fn parents_done_now(&mut self, lease: &Lease) -> bool {
         for parent in &lease.parent_shard_ids {
             let key = LeaseKey::new(lease.key.stream(), parent.as_str());
             if self.segmented.row(&key).is_some_and(|row| row.checkpoint == Checkpoint::ShardEnd) {

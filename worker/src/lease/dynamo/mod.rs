@@ -326,13 +326,18 @@ impl LeaseStore for DynamoLeaseStore {
     }
 
     async fn heartbeat(&self) -> Result<()> {
-        self.client
-            .update_item()
+        let mut update =
+            "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = if_not_exists(lease_counter, :zero) + :one"
+                .to_string();
+        let mut request = self.client.update_item();
+        if let Some(address) = &self.settings.address {
+            update.push_str(", member_address = :address");
+            request = request.expression_attribute_values(":address", AttributeValue::S(address.clone()));
+        }
+        request
             .table_name(&self.table)
             .key(attr::LEASE_KEY, Self::member_key_value(&self.settings.owner))
-            .update_expression(
-                "SET lease_owner = :me, lease_expiry = :expiry, lease_counter = if_not_exists(lease_counter, :zero) + :one",
-            )
+            .update_expression(update)
             .condition_expression("attribute_not_exists(lease_key) OR lease_owner = :me")
             .expression_attribute_values(":me", AttributeValue::S(self.settings.owner.clone()))
             .expression_attribute_values(":expiry", AttributeValue::N(self.settings.expiry_ms().to_string()))

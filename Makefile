@@ -94,6 +94,7 @@ bench: emulators control-plane
 	cargo bench -p leasehold-worker --bench dispatch
 	cargo bench -p leasehold-worker --bench scale
 	cargo bench -p leasehold-operator --bench consumers
+	cargo bench -p leasehold-operator --bench lag
 	$(MAKE) bench-kcl
 
 ## 30 minutes of churn (kill -9, SIGTERM, restarts), DynamoDB throttling and resharding at 1 record/s

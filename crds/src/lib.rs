@@ -9,7 +9,7 @@ mod status;
 mod validate;
 
 pub use reference::reference_markdown;
-pub use resolved::{ResolvedDurations, ResolvedSpec, defaults};
+pub use resolved::{LagTarget, ResolvedDurations, ResolvedSpec, defaults};
 pub use spec::*;
 pub use status::*;
 pub use validate::{FieldError, MAX_HTTP_BATCH, default_consumer_name, kinesis_consumer_name, valid_consumer_name};

@@ -58,6 +58,10 @@ pub mod defaults {
     pub const HTTP_BATCH_MAX_DELAY: Duration = Duration::from_millis(5);
     /// `processor.multilang.timeout`.
     pub const MULTILANG_TIMEOUT: Duration = Duration::from_secs(60);
+    /// `workers.autoscaling.lag.scaleUpAfter`.
+    pub const LAG_SCALE_UP_AFTER: Duration = Duration::from_secs(60);
+    /// `workers.autoscaling.lag.scaleDownAfter`.
+    pub const LAG_SCALE_DOWN_AFTER: Duration = Duration::from_secs(600);
 }
 
 /// A spec's settings with every default applied: what the worker runs with and the operator derives
@@ -90,6 +94,19 @@ pub struct ResolvedSpec {
     pub lease_scan: LeaseScan,
     /// `lease.segmentRows`.
     pub segment_rows: usize,
+    /// `workers.autoscaling.lag`, when set.
+    pub lag_scaling: Option<LagTarget>,
+}
+
+/// `workers.autoscaling.lag` with its defaults applied.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LagTarget {
+    /// `target`: the lag to stay under.
+    pub target: Duration,
+    /// `scaleUpAfter` (default 1 m).
+    pub scale_up_after: Duration,
+    /// `scaleDownAfter` (default 10 m).
+    pub scale_down_after: Duration,
 }
 
 impl Default for ResolvedSpec {
@@ -108,6 +125,7 @@ impl Default for ResolvedSpec {
             http_batch_records: defaults::HTTP_BATCH_RECORDS,
             lease_scan: defaults::LEASE_SCAN,
             segment_rows: defaults::SEGMENT_ROWS,
+            lag_scaling: None,
         }
     }
 }

@@ -24,6 +24,7 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 #[x_kube(validation = Rule::new("(has(self.streams) && size(self.streams) > 0) || has(self.streamPattern) || (has(self.assignment) && size(self.assignment.shards) > 0)").message("name at least one stream, or set streamPattern").field_path(".streams"))]
 #[x_kube(validation = Rule::new("!has(self.streams) || self.streams.all(a, self.streams.filter(b, (has(b.name) ? b.name : b.arn.split('/')[1]) == (has(a.name) ? a.name : a.arn.split('/')[1])).size() == 1)").message("a stream is named twice (by name or by ARN); lease keys are <stream name>:<shardId>, so read same-named streams of two accounts with two consumers").field_path(".streams"))]
 #[x_kube(validation = Rule::new("!has(self.retry) || !has(self.retry.bisect) || !self.retry.bisect || (has(self.processor.http) && has(self.processor.http.batch) && has(self.processor.http.batch.maxRecords) && self.processor.http.batch.maxRecords > 1)").message("retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)").field_path(".retry.bisect"))]
+#[x_kube(validation = Rule::new("!has(self.workers) || !has(self.workers.autoscaling) || !has(self.workers.autoscaling.lag) || has(self.leaseTable)").message("workers.autoscaling.lag needs leaseTable: the lag is read from the lease rows").field_path(".workers.autoscaling.lag"))]
 #[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
 #[kube(
     group = "leasehold.io",
@@ -36,6 +37,7 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
     printcolumn = r#"{"name":"Streams","type":"string","jsonPath":".status.streams"}"#,
     printcolumn = r#"{"name":"Shards","type":"integer","jsonPath":".status.openShards"}"#,
     printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".status.replicas"}"#,
+    printcolumn = r#"{"name":"Lag","type":"string","jsonPath":".status.lag.largest"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     scale = r#"{"specReplicasPath":".spec.workers.replicas","statusReplicasPath":".status.replicas","labelSelectorPath":".status.selector"}"#
@@ -258,6 +260,30 @@ pub struct AutoscalingSpec {
     pub min_replicas: Option<i32>,
     /// Most workers.
     pub max_replicas: i32,
+    /// Scale on lag as well: more workers than the shard-count rule while the largest lag stays above
+    /// a target (needs `leaseTable`: the lag is read from the lease rows). Unset: shard count only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<LagScalingSpec>,
+}
+
+/// Lag autoscaling: while the largest lag stays above `target`, one more worker every `scaleUpAfter`,
+/// up to min(maxReplicas, open shards); once it has stayed under half the target for
+/// `scaleDownAfter`, back to the shard-count rule. Durations are written like `30s`, `1m`, `10m`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.scaleUpAfter) ? duration(self.scaleUpAfter) : duration('1m')) <= (has(self.scaleDownAfter) ? duration(self.scaleDownAfter) : duration('10m'))").message("scaleDownAfter must not be shorter than scaleUpAfter (workers would be removed faster than they are added)").field_path(".scaleDownAfter"))]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LagScalingSpec {
+    /// The lag to stay under, e.g. `1m`: the age of the oldest unfinished record of the slowest shard.
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub target: String,
+    /// How long the lag stays above target before each step of one more worker. Default 1m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub scale_up_after: Option<String>,
+    /// How long the lag stays under half the target before the extra workers go. Default 10m.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DURATION_PATTERN))]
+    pub scale_down_after: Option<String>,
 }
 
 /// Where a shard with no checkpoint starts.

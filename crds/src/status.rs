@@ -1,6 +1,6 @@
 //! The `StreamConsumer` status the operator reports.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StreamConsumerStatus {
-    /// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`, `ConsumerReady` (enhanced fan-out).
+    /// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`, `ConsumerReady` (enhanced fan-out),
+    /// `LagScaling` (with `workers.autoscaling.lag`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -35,6 +36,53 @@ pub struct StreamConsumerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["stream"]))]
     pub capacity: Vec<StreamCapacity>,
+    /// The lag as last read from the lease rows (absent without a lease table).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag: Option<LagStatus>,
+    /// Where lag autoscaling stands (with `workers.autoscaling.lag`): the state its decisions carry
+    /// from one reconcile to the next.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lag_scaling: Option<LagScalingStatus>,
+}
+
+/// The lag of a consumer's shards as read from its lease rows. Only rows with a live holder count: a
+/// row without an owner, or whose lease ran out, carries a lag nobody is updating (`unheldShards`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LagStatus {
+    /// The largest lag of a held shard, as a duration (`1m12s`, `0s` when caught up); absent while no
+    /// holder has measured one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest: Option<String>,
+    /// The same in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub largest_ms: Option<i64>,
+    /// The shard with the largest lag (`<stream>:<shardId>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slowest_shard: Option<String>,
+    /// When the lease rows were read (the operator's clock).
+    pub read_at: Time,
+    /// Open shards whose row has no live holder (no owner, or a lease that ran out as read).
+    pub unheld_shards: i32,
+    /// Held shards whose holder has not written a lag yet.
+    pub unmeasured_shards: i32,
+}
+
+/// The state lag autoscaling keeps between reconciles.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LagScalingStatus {
+    /// Workers run above the shard-count rule because of lag.
+    pub extra_replicas: i32,
+    /// Since when the largest lag has stayed above the target (absent when it is not above).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub above_target_since: Option<Time>,
+    /// Since when the largest lag has stayed under half the target (absent when it is not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub below_half_since: Option<Time>,
+    /// When the last worker was added for lag: the next step waits `scaleUpAfter` from here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_step_at: Option<Time>,
 }
 
 /// One stream's capacity as last read (DescribeStreamSummary).

@@ -7,7 +7,7 @@ use std::collections::HashSet;
 use std::fmt;
 use std::time::Duration;
 
-use crate::resolved::{ResolvedDurations, ResolvedSpec, defaults};
+use crate::resolved::{LagTarget, ResolvedDurations, ResolvedSpec, defaults};
 use crate::spec::{StartPosition, StreamConsumerSpec};
 
 /// One problem with a spec, naming the field it is in.
@@ -239,6 +239,7 @@ impl StreamConsumerSpec {
                 ),
             ));
         }
+        let lag_scaling = self.lag_target(&mut errors);
         let max_record_age = self
             .retry
             .as_ref()
@@ -270,7 +271,40 @@ impl StreamConsumerSpec {
             ),
             lease_scan: self.lease.scan.unwrap_or(defaults::LEASE_SCAN),
             segment_rows: count(self.lease.segment_rows, defaults::SEGMENT_ROWS),
+            lag_scaling,
         })
+    }
+
+    /// `workers.autoscaling.lag` resolved, with the rules its CEL checks repeated.
+    fn lag_target(&self, errors: &mut Vec<FieldError>) -> Option<LagTarget> {
+        let lag = self.workers.autoscaling.as_ref()?.lag.as_ref()?;
+        let field = "spec.workers.autoscaling.lag";
+        if self.lease_table.is_none() {
+            errors.push(FieldError::new(
+                field,
+                "workers.autoscaling.lag needs leaseTable: the lag is read from the lease rows",
+            ));
+        }
+        let target = duration(errors, &format!("{field}.target"), Some(&lag.target), Duration::ZERO);
+        let scale_up_after = duration(
+            errors,
+            &format!("{field}.scaleUpAfter"),
+            lag.scale_up_after.as_ref(),
+            defaults::LAG_SCALE_UP_AFTER,
+        );
+        let scale_down_after = duration(
+            errors,
+            &format!("{field}.scaleDownAfter"),
+            lag.scale_down_after.as_ref(),
+            defaults::LAG_SCALE_DOWN_AFTER,
+        );
+        if scale_down_after < scale_up_after {
+            errors.push(FieldError::new(
+                format!("{field}.scaleDownAfter"),
+                "scaleDownAfter must not be shorter than scaleUpAfter (workers would be removed faster than they are added)",
+            ));
+        }
+        Some(LagTarget { target, scale_up_after, scale_down_after })
     }
 
     fn check_streams(&self, errors: &mut Vec<FieldError>) {

@@ -330,7 +330,12 @@ mod tests {
         let auto = |min, max, per| StreamConsumerSpec {
             workers: WorkersSpec {
                 replicas: None,
-                autoscaling: Some(AutoscalingSpec { shards_per_worker: per, min_replicas: min, max_replicas: max }),
+                autoscaling: Some(AutoscalingSpec {
+                    shards_per_worker: per,
+                    min_replicas: min,
+                    max_replicas: max,
+                    lag: None,
+                }),
             },
             ..Default::default()
         };

@@ -44,6 +44,9 @@ pub struct Verdicts {
     pub workers: Verdict,
     /// With `reader.mode: fanOut`, the stream consumer is ACTIVE on every named stream.
     pub consumer: Verdict,
+    /// With `workers.autoscaling.lag`: false while the lag is above target and more workers cannot
+    /// help. Not part of `Ready`: a lagging consumer still runs.
+    pub lag: Option<Verdict>,
 }
 
 impl Verdicts {
@@ -55,6 +58,7 @@ impl Verdicts {
             stream: verdict.clone(),
             workers: verdict.clone(),
             consumer: verdict,
+            lag: None,
         }
     }
 }
@@ -78,20 +82,25 @@ fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &
 }
 
 /// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`, `ConsumerReady` from the verdicts; `Ready` is true only when the
-/// spec is valid and the others are true, and then names the first thing that is not.
+/// spec is valid and the others are true, and then names the first thing that is not. `LagScaling`
+/// follows them with lag scaling on, and leaves `Ready` alone.
 pub fn conditions(verdicts: &Verdicts, generation: Option<i64>, previous: &[Condition]) -> Vec<Condition> {
     let ready = [&verdicts.spec, &verdicts.table, &verdicts.stream, &verdicts.consumer, &verdicts.workers]
         .into_iter()
         .find(|v| !v.ok)
         .map(|v| Verdict::failed(&v.reason, v.message.clone()))
         .unwrap_or_else(|| Verdict::ok("Running", "table active, streams found, workers ready"));
-    vec![
+    let mut all = vec![
         condition("Ready", &ready, generation, previous),
         condition("TableReady", &verdicts.table, generation, previous),
         condition("StreamReady", &verdicts.stream, generation, previous),
         condition("WorkersReady", &verdicts.workers, generation, previous),
         condition("ConsumerReady", &verdicts.consumer, generation, previous),
-    ]
+    ];
+    if let Some(lag) = &verdicts.lag {
+        all.push(condition("LagScaling", lag, generation, previous));
+    }
+    all
 }
 
 #[cfg(test)]
@@ -105,6 +114,7 @@ mod tests {
             stream: Verdict::ok("Found", ""),
             workers: Verdict::ok("Ready", "2/2"),
             consumer: Verdict::ok("Polling", ""),
+            lag: None,
         }
     }
 
@@ -118,6 +128,16 @@ mod tests {
         assert_eq!((c[0].status.as_str(), c[0].reason.as_str()), ("False", "StreamNotFound"));
         assert_eq!(c[2].type_, "StreamReady");
         assert_eq!(c[2].message, "stream orders not found");
+    }
+
+    #[test]
+    fn lag_scaling_has_its_own_condition_and_leaves_ready_alone() {
+        assert!(conditions(&all_ok(), Some(1), &[]).iter().all(|c| c.type_ != "LagScaling"), "absent when off");
+        let stuck = Verdicts { lag: Some(Verdict::failed("OneShardPerWorker", "raise concurrency")), ..all_ok() };
+        let c = conditions(&stuck, Some(1), &[]);
+        assert_eq!((c[0].type_.as_str(), c[0].status.as_str()), ("Ready", "True"));
+        let lag = c.iter().find(|c| c.type_ == "LagScaling").expect("LagScaling");
+        assert_eq!((lag.status.as_str(), lag.reason.as_str()), ("False", "OneShardPerWorker"));
     }
 
     #[test]

@@ -4,11 +4,12 @@
 use std::time::Duration;
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::{Client, Resource};
+use kube::{Client, Resource, ResourceExt};
 use leasehold_crds::StreamConsumer;
 
 use crate::aws::ClientCache;
 use crate::backoff::Failures;
+use crate::lease_rows::LeaseReads;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
 use crate::shards::ShardCounts;
@@ -34,6 +35,8 @@ pub struct Context {
     pub aws: ClientCache,
     /// Stream shard counts shared by every consumer.
     pub shards: ShardCounts,
+    /// Each consumer's last read of its lease rows (at most one read per reconcile interval).
+    pub lease_reads: LeaseReads,
     /// Publishes events on StreamConsumers.
     pub recorder: Recorder,
     /// Prometheus metrics.
@@ -51,6 +54,7 @@ impl Context {
         Self {
             recorder: Recorder::new(client.clone(), reporter),
             shards: ShardCounts::new(settings.shard_poll_interval),
+            lease_reads: LeaseReads::new(settings.shard_poll_interval),
             aws: ClientCache::new(settings.static_credentials.clone()),
             client,
             settings,
@@ -64,10 +68,29 @@ impl Context {
 impl Context {
     /// Publishes an event on `consumer` (best effort: a failure is logged at debug and dropped).
     pub async fn publish(&self, consumer: &StreamConsumer, type_: EventType, reason: &str, note: String) {
-        let event =
-            Event { type_, reason: reason.into(), note: Some(note), action: "Reconcile".into(), secondary: None };
+        self.publish_action(consumer, type_, reason, "Reconcile", note).await
+    }
+
+    /// [`Context::publish`] with its own `action`. The recorder folds events of the same type, reason
+    /// and action into one series that keeps the first note, so changes that each need their note
+    /// seen (every scaling step and why) name what they did in the action.
+    pub async fn publish_action(
+        &self,
+        consumer: &StreamConsumer,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) {
+        let event = Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: None };
         if let Err(e) = self.recorder.publish(&event, &consumer.object_ref(&())).await {
             tracing::debug!(error = %e, "event not published");
         }
     }
+}
+
+/// The key of a consumer in the per-object state (failure streaks, lease reads): its UID, so a
+/// recreated object starts afresh.
+pub fn object_key(consumer: &StreamConsumer) -> String {
+    consumer.uid().unwrap_or_else(|| format!("{}/{}", consumer.namespace().unwrap_or_default(), consumer.name_any()))
 }

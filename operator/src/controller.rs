@@ -66,9 +66,9 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
     ctx.readiness.stopping();
 }
 
-/// The key of an object's failure streak: its UID (a recreated object starts afresh).
+/// The key of an object's failure streak.
 fn streak_key(consumer: &StreamConsumer) -> String {
-    consumer.uid().unwrap_or_else(|| format!("{}/{}", consumer.namespace().unwrap_or_default(), consumer.name_any()))
+    crate::context::object_key(consumer)
 }
 
 /// One reconcile of one StreamConsumer; a success ends its failure streak.
@@ -120,6 +120,8 @@ pub fn error_policy(consumer: Arc<StreamConsumer>, error: &Error, ctx: Arc<Conte
 /// The resource is being deleted: deregister the stream consumers it registered, then apply the
 /// table's deletion policy.
 async fn cleanup(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
+    ctx.metrics.forget_consumer(&pipeline::consumer_labels(consumer));
+    ctx.lease_reads.forget(&crate::context::object_key(consumer));
     release_stream_consumers(consumer, ctx).await?;
     let Some(spec) = &consumer.spec.lease_table else { return Ok(Action::await_change()) };
     match spec.deletion_policy.unwrap_or(DeletionPolicy::Retain) {

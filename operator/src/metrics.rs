@@ -1,14 +1,18 @@
 //! Prometheus metrics of the operator, served with the health checks by [`leasehold_worker::health`].
 
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
 
 use leasehold_worker::health::Health;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use crate::lag::reading::LagReading;
 use crate::readiness::Readiness;
 
 /// Labels of a failed reconcile: the pipeline stage that failed.
@@ -17,6 +21,29 @@ pub struct FailureLabels {
     /// `validate`, `table`, `observe`, `build`, `apply`, `status`, `finalizer`.
     pub kind: String,
 }
+
+/// Labels of a consumer's series: the StreamConsumer's namespace and name.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ConsumerLabels {
+    /// The StreamConsumer's namespace.
+    pub namespace: String,
+    /// The StreamConsumer's name.
+    pub name: String,
+}
+
+/// Labels of one shard of a consumer (`shard` is the lease key, `<stream>:<shardId>`, as the worker's
+/// own per-shard series label it).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, PartialOrd, Ord, EncodeLabelSet)]
+pub struct ShardLabels {
+    /// The StreamConsumer's namespace.
+    pub namespace: String,
+    /// The StreamConsumer's name.
+    pub name: String,
+    /// `<stream>:<shardId>`.
+    pub shard: String,
+}
+
+type SecondsGauge = Gauge<f64, AtomicU64>;
 
 /// The operator's metrics.
 #[derive(Clone)]
@@ -28,18 +55,64 @@ pub struct Metrics {
     pub failures: Family<FailureLabels, Counter>,
     /// Reconcile duration in seconds.
     pub duration: Histogram,
+    /// Reads of lease tables (one Scan of a whole table each), over every consumer.
+    pub lease_table_reads: Counter,
+    /// The largest lag of a held shard, per consumer (absent while none was measured).
+    pub consumer_lag: Family<ConsumerLabels, SecondsGauge>,
+    /// Each held shard's lag, per consumer.
+    pub shard_lag: Family<ShardLabels, SecondsGauge>,
+    /// Open shards whose row has no live holder, per consumer.
+    pub unheld_shards: Family<ConsumerLabels, Gauge>,
+    /// The shard series exported per consumer, so shards that went away lose theirs.
+    exported_shards: Arc<Mutex<HashMap<ConsumerLabels, BTreeSet<String>>>>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("leasehold_operator");
+        let mut registry = Registry::default();
         let reconciles = Counter::default();
         let failures = Family::<FailureLabels, Counter>::default();
         let duration = Histogram::new(exponential_buckets(0.005, 2.0, 12));
-        registry.register("reconciles", "Reconciles run", reconciles.clone());
-        registry.register("reconcile_failures", "Reconciles that failed, by stage", failures.clone());
-        registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
-        Self { registry: Arc::new(registry), reconciles, failures, duration }
+        let lease_table_reads = Counter::default();
+        let operator = registry.sub_registry_with_prefix("leasehold_operator");
+        operator.register("reconciles", "Reconciles run", reconciles.clone());
+        operator.register("reconcile_failures", "Reconciles that failed, by stage", failures.clone());
+        operator.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
+        operator.register(
+            "lease_table_reads",
+            "Lease table reads (a consistent Scan each) for lease spread and lag",
+            lease_table_reads.clone(),
+        );
+        let consumer_lag = Family::<ConsumerLabels, SecondsGauge>::default();
+        let shard_lag = Family::<ShardLabels, SecondsGauge>::default();
+        let unheld_shards = Family::<ConsumerLabels, Gauge>::default();
+        let consumer = registry.sub_registry_with_prefix("leasehold_consumer");
+        consumer.register(
+            "lag_seconds",
+            "Largest lag of a held shard of the StreamConsumer, as its holder last wrote it",
+            consumer_lag.clone(),
+        );
+        consumer.register(
+            "shard_lag_seconds",
+            "Lag of each held shard, as its holder last wrote it",
+            shard_lag.clone(),
+        );
+        consumer.register(
+            "unheld_shards",
+            "Open shards whose lease row has no owner or whose lease ran out, as last read",
+            unheld_shards.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            reconciles,
+            failures,
+            duration,
+            lease_table_reads,
+            consumer_lag,
+            shard_lag,
+            unheld_shards,
+            exported_shards: Arc::default(),
+        }
     }
 }
 
@@ -54,10 +127,54 @@ impl Metrics {
         self.failures.get_or_create(&FailureLabels { kind: kind.to_string() }).get()
     }
 
+    /// Exports `reading` as the lag series of `consumer`; shards no longer in it lose their series.
+    pub fn publish_lag(&self, consumer: &ConsumerLabels, reading: &LagReading) {
+        match reading.largest() {
+            Some(lag) => {
+                self.consumer_lag.get_or_create(consumer).set(lag.as_secs_f64());
+            }
+            None => {
+                self.consumer_lag.remove(consumer);
+            }
+        }
+        self.unheld_shards.get_or_create(consumer).set(i64::try_from(reading.unheld).unwrap_or(i64::MAX));
+        let current: BTreeSet<String> = reading.shards.iter().map(|s| s.shard.clone()).collect();
+        let mut exported = self.exported_shards.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let before = exported.insert(consumer.clone(), current.clone()).unwrap_or_default();
+        for gone in before.difference(&current) {
+            self.shard_lag.remove(&shard_labels(consumer, gone));
+        }
+        for shard in &reading.shards {
+            self.shard_lag.get_or_create(&shard_labels(consumer, &shard.shard)).set(shard.lag.as_secs_f64());
+        }
+    }
+
+    /// Removes every lag series of `consumer` (it was deleted, or has no lease table any more).
+    pub fn forget_consumer(&self, consumer: &ConsumerLabels) {
+        self.consumer_lag.remove(consumer);
+        self.unheld_shards.remove(consumer);
+        let mut exported = self.exported_shards.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        for shard in exported.remove(consumer).unwrap_or_default() {
+            self.shard_lag.remove(&shard_labels(consumer, &shard));
+        }
+    }
+
+    /// The metrics as Prometheus text.
+    pub fn text(&self) -> String {
+        let mut text = String::new();
+        // Writing into a String cannot fail; an empty page is the worst case.
+        let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);
+        text
+    }
+
     /// The endpoints: these metrics, `/readyz` from `readiness`.
     pub fn health(&self, readiness: Readiness) -> Health {
         Health::from_registry(self.registry.clone(), move || readiness.is_ready())
     }
+}
+
+fn shard_labels(consumer: &ConsumerLabels, shard: &str) -> ShardLabels {
+    ShardLabels { namespace: consumer.namespace.clone(), name: consumer.name.clone(), shard: shard.to_string() }
 }
 
 #[cfg(test)]
@@ -70,10 +187,40 @@ mod tests {
         metrics.failed("table");
         metrics.failed("table");
         metrics.failed("apply");
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &metrics.registry).unwrap();
+        let text = metrics.text();
         assert!(text.contains(r#"leasehold_operator_reconcile_failures_total{kind="table"} 2"#), "{text}");
         assert!(text.contains(r#"leasehold_operator_reconcile_failures_total{kind="apply"} 1"#), "{text}");
         assert_eq!(metrics.failures_of("table"), 2);
+    }
+
+    #[test]
+    fn lag_series_follow_the_readings_and_go_with_the_consumer() {
+        use crate::lag::reading::ShardLag;
+        use std::time::Duration;
+
+        let metrics = Metrics::default();
+        let orders = ConsumerLabels { namespace: "shop".into(), name: "orders".into() };
+        let shard = |name: &str, secs: u64| ShardLag { shard: name.into(), lag: Duration::from_secs(secs) };
+        let read_at = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+        let first = LagReading { shards: vec![shard("o:s0", 3), shard("o:s1", 72)], unheld: 1, unmeasured: 0, read_at };
+        metrics.publish_lag(&orders, &first);
+        let text = metrics.text();
+        assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 72.0"#), "{text}");
+        assert!(
+            text.contains(r#"leasehold_consumer_shard_lag_seconds{namespace="shop",name="orders",shard="o:s0"} 3.0"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"leasehold_consumer_unheld_shards{namespace="shop",name="orders"} 1"#), "{text}");
+        let second = LagReading { shards: vec![shard("o:s1", 5)], unheld: 0, unmeasured: 1, read_at };
+        metrics.publish_lag(&orders, &second);
+        let text = metrics.text();
+        assert!(!text.contains(r#"shard="o:s0""#), "a shard no longer held loses its series: {text}");
+        assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 5.0"#), "{text}");
+        metrics.forget_consumer(&orders);
+        assert!(!metrics.text().contains(r#"name="orders""#));
+        assert!(
+            metrics.text().contains("leasehold_operator_reconciles_total"),
+            "the operator's own series keep their prefix"
+        );
     }
 }

@@ -91,7 +91,7 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
         }
     }
     let names: BTreeSet<String> = alerts(&docs).iter().map(|a| a["alert"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names.len(), 9, "{names:?}");
+    assert_eq!(names.len(), 10, "{names:?}");
     assert_eq!(firing, names, "every alert has a unit test in which it fires");
     assert_eq!(quiet, names, "every alert has a unit test in which it stays quiet");
     let _ = std::fs::remove_dir_all(&dir);
@@ -175,8 +175,14 @@ fn the_dashboard_is_well_formed_and_its_queries_parse() {
             let expr = target["expr"].as_str().unwrap();
             assert!(refs.insert(target["refId"].as_str().unwrap()), "{title}: duplicate refId");
             assert_eq!(target["datasource"]["uid"], "${datasource}", "{title}: target datasource");
-            // Worker series are filtered by both variables; the operator's are cluster-wide.
-            if !expr.contains("leasehold_operator_") {
+            // Worker series are filtered by both variables; the operator's own are cluster-wide; its
+            // per-consumer series name the StreamConsumer `name`.
+            if expr.contains("leasehold_consumer_") {
+                assert!(
+                    expr.contains(r#"namespace=~"$namespace""#) && expr.contains(r#"name=~"$consumer""#),
+                    "{title}: {expr} ignores the namespace or consumer variable"
+                );
+            } else if !expr.contains("leasehold_operator_") {
                 assert!(
                     expr.contains(r#"namespace=~"$namespace""#) && expr.contains(r#"consumer=~"$consumer""#),
                     "{title}: {expr} ignores the namespace or consumer variable"

@@ -3,8 +3,9 @@
 //! emulators): every dashboard query and every alert expression must return at least one series, so a
 //! misspelled metric or label fails here. The workers are set up so that every series a query names
 //! exists: a consumer group reading and checkpointing, a consumer whose processor answers 500 (records
-//! skipped), a fan-out consumer whose subscriptions are refused and replaced, and a StreamConsumer whose
-//! lease table cannot be reached (reconcile failures). Targets carry the labels the chart's PodMonitor
+//! skipped), a fan-out consumer whose subscriptions are refused and replaced, a StreamConsumer whose
+//! lease table cannot be reached (reconcile failures) and one over the group's table (the operator's lag
+//! and unheld-shard series). Targets carry the labels the chart's PodMonitor
 //! gives worker series (namespace, pod, consumer). Prometheus also loads the rendered rules, which must
 //! all evaluate without error, and the skipped records fire LeaseholdRecordsDropped for their consumer
 //! only.
@@ -90,7 +91,8 @@ impl Prometheus {
         let config = json!({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "900ms"},
             "rule_files": ["rules.yaml"],
-            "scrape_configs": [{"job_name": "leasehold", "static_configs": static_configs}],
+            // As the chart's ServiceMonitor: the operator's per-consumer series keep their own namespace.
+            "scrape_configs": [{"job_name": "leasehold", "honor_labels": true, "static_configs": static_configs}],
         });
         std::fs::write(dir.0.join("prometheus.yml"), serde_yaml_ng::to_string(&config).unwrap()).unwrap();
         let address = format!("127.0.0.1:{}", support::free_port());
@@ -153,6 +155,31 @@ fn worker_config(stream: &str, kinesis: &str, table: Option<&str>, processor: &s
         "streams: [{{name: {stream}}}]\naws: {{region: us-east-1, kinesisEndpoint: '{kinesis}', dynamodbEndpoint: '{dynamodb}'}}\n\
          {table}processor: {processor}\nstartPosition: TRIM_HORIZON\n{TIMING}{extra}"
     )
+}
+
+/// Writes a lag of 1.5 s into every shard row of `table`, every second, until aborted.
+async fn write_lag_into_rows(table: String) {
+    use aws_sdk_dynamodb::types::AttributeValue;
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    loop {
+        let items = dynamodb.scan().table_name(&table).consistent_read(true).send().await.ok();
+        for item in items.iter().flat_map(|out| out.items()) {
+            let Some(key) = item.get("lease_key").and_then(|k| k.as_s().ok()) else { continue };
+            if key.starts_with('#') || !item.contains_key("lease_owner") {
+                continue;
+            }
+            let _ = dynamodb
+                .update_item()
+                .table_name(&table)
+                .key("lease_key", AttributeValue::S(key.clone()))
+                .update_expression("SET lag_ms = :lag")
+                .condition_expression("attribute_exists(lease_key)")
+                .expression_attribute_values(":lag", AttributeValue::N("1500".into()))
+                .send()
+                .await;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 fn metrics_address(worker: &WorkerProcess) -> String {
@@ -233,6 +260,22 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
         ),
         "fanout-workers-a",
     );
+
+    // The operator also runs a StreamConsumer over the orders group's table: it reads the rows into its
+    // lag and unheld-shard series. Until every worker writes its lag, the test writes one into the rows
+    // (an update that leaves what the holders' conditions check alone).
+    Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &namespace)
+        .create(
+            &PostParams::default(),
+            &support::stand_in_consumer(
+                "orders",
+                json!({"streams": [{"name": orders}], "aws": support::aws(), "leaseTable": {"name": table},
+                       "processor": {"stdout": {}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let lag_writer = tokio::spawn(write_lag_into_rows(table.clone()));
 
     let mut targets = vec![(
         operator_address.clone(),
@@ -352,6 +395,7 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
             .unwrap();
     }
 
+    lag_writer.abort();
     let _ = operator.kill();
     let _ = operator.wait();
     drop(group);

@@ -2,7 +2,9 @@
 The alert rules, as the `groups` of a Prometheus rules file. The PrometheusRule renders them; the tests
 (operator/tests/alerts.rs) render the same groups and run `promtool test rules` on them. Every expression
 groups by the labels the PodMonitor gives worker series: namespace, consumer (the StreamConsumer), pod.
-Each alert links its runbook: docs/operations.md, "Alerts and runbooks".
+The operator's series (group leasehold.operator) carry the StreamConsumer's namespace and name; their
+alerts present the name as `consumer` like the rest. Each alert links its runbook: docs/operations.md,
+"Alerts and runbooks".
 */ -}}
 {{- define "leasehold.alertGroups" -}}
 {{- $a := .Values.monitoring.prometheusRule.alerts -}}
@@ -117,5 +119,19 @@ Each alert links its runbook: docs/operations.md, "Alerts and runbooks".
         summary: "Worker {{`{{ $labels.pod }}`}} of {{`{{ $labels.namespace }}/{{ $labels.consumer }}`}} restarted {{`{{ $value }}`}} times in {{ .window }}"
         description: "The worker's counters started over more than {{ .restarts }} times within {{ .window }}: its process keeps restarting (crash, OOM kill, failed liveness probe)."
         runbook_url: {{ printf "%s#leaseholdworkerrestarting" $base }}
+    {{- end }}{{ end }}
+- name: leasehold.operator
+  rules:
+    {{- with $a.shardsUnheld }}{{ if .enabled }}
+    - alert: LeaseholdShardsUnheld
+      expr: max by (namespace, consumer) (label_replace(leasehold_consumer_unheld_shards, "consumer", "$1", "name", "(.*)")) > 0
+      for: {{ .for }}
+      labels:
+        severity: {{ .severity }}
+        {{- with $extra }}{{ toYaml . | nindent 8 }}{{ end }}
+      annotations:
+        summary: "{{`{{ $value }}`}} open shards of {{`{{ $labels.namespace }}/{{ $labels.consumer }}`}} have no live holder: nobody reads them"
+        description: "The operator reads lease rows of open shards with no owner, or whose lease ran out more than a lease duration ago, for {{ .for }}: those shards are not read and their lag grows."
+        runbook_url: {{ printf "%s#leaseholdshardsunheld" $base }}
     {{- end }}{{ end }}
 {{- end -}}

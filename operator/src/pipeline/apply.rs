@@ -12,8 +12,9 @@ use crate::build::Desired;
 use crate::context::Context;
 use crate::error::{Error, Result};
 
-/// Applies `desired`; returns the ready replicas the Deployment reports.
-pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired) -> Result<i32> {
+/// Applies `desired`; returns the ready replicas the Deployment reports. A change of replicas is
+/// announced by an Event, with `why` when lag scaling made it.
+pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired, why: Option<&str>) -> Result<i32> {
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let name = desired.name();
@@ -30,8 +31,12 @@ pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired) 
     if let Some(before) = before
         && before != desired.replicas
     {
-        let note = format!("workers scaled from {before} to {}", desired.replicas);
-        ctx.publish(consumer, EventType::Normal, "Scaled", note).await;
+        let note = match why {
+            Some(why) => format!("workers scaled from {before} to {}: {why}", desired.replicas),
+            None => format!("workers scaled from {before} to {}", desired.replicas),
+        };
+        let action = format!("Scale{before}To{}", desired.replicas);
+        ctx.publish_action(consumer, EventType::Normal, "Scaled", &action, note).await;
     }
     Ok(applied.status.and_then(|s| s.ready_replicas).unwrap_or(0))
 }

@@ -1,6 +1,6 @@
 //! The reconcile of a live StreamConsumer as a pipeline, one stage per module:
-//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`]) -> [`apply`] ->
-//! [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
+//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`],
+//! with the lag scaling decision of [`crate::lag::scaling`]) -> [`apply`] -> [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
 //! (except the status write itself), so a failure shows as a condition; then the first failure in
 //! stage order is returned, and the controller's `error_policy` backs off.
 
@@ -14,13 +14,18 @@ pub mod validate;
 
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
 use kube::runtime::controller::Action;
-use leasehold_crds::StreamConsumer;
+use leasehold_crds::{ResolvedSpec, StreamConsumer};
 
 use crate::build;
 use crate::conditions::{Verdict, Verdicts};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::lag::reading::LagReading;
+use crate::lag::scaling;
+use crate::metrics::ConsumerLabels;
 use status::{Report, write_status};
 
 /// Requeue while the table or a stream consumer is being created (a wait, not a failure: no backoff).
@@ -47,6 +52,8 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
                 replicas: previous.replicas.unwrap_or(0),
                 leases: previous.leases,
                 capacity: previous.capacity,
+                lag: previous.lag,
+                lag_scaling: previous.lag_scaling,
             };
             write_status(consumer, ctx, &report).await?;
             return Err(error);
@@ -63,12 +70,25 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let capacity = shards.as_ref().ok().cloned().flatten();
     let open_shards = capacity.as_ref().map(|c| c.iter().map(|s| s.open_shards).sum()).or(previous.open_shards);
     let capacity = capacity.unwrap_or(previous.capacity);
-    let leases = if table_ready { observe::lease_spread(consumer, ctx).await } else { Vec::new() };
-    let replicas = build::desired_replicas(&consumer.spec, open_shards);
+    let rows = if table_ready { observe::lease_rows(consumer, ctx).await } else { None };
+    let leases = rows.as_deref().map(observe::lease_spread).unwrap_or_default();
+    let lag = rows.as_deref().map(|r| LagReading::of(&r.leases, r.read_at, resolved.durations.lease));
+    match &lag {
+        Some(lag) => ctx.metrics.publish_lag(&consumer_labels(consumer), lag),
+        // A table taken out of the spec leaves no lag to report; an unreadable one keeps the last.
+        None if consumer.spec.lease_table.is_none() => ctx.metrics.forget_consumer(&consumer_labels(consumer)),
+        None => {}
+    }
+    let by_shards = build::desired_replicas(&consumer.spec, open_shards);
+    let open_rows = rows.as_deref().map(|r| r.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).count());
+    let on_lag = scale_on_lag(consumer, &resolved, lag.as_ref(), by_shards, open_shards, open_rows);
+    let replicas = on_lag.as_ref().map_or(by_shards, |d| d.replicas);
     // Workers start only once their table can hold leases and their stream consumers are ACTIVE.
     let workers = if table_ready && consumers_ready && streams_ready {
         match build::desired(consumer, replicas, &resolved, &ctx.settings.worker_image) {
-            Ok(desired) => apply::apply(consumer, ctx, &desired).await.map(Some),
+            Ok(desired) => {
+                apply::apply(consumer, ctx, &desired, on_lag.as_ref().and_then(|d| d.why.as_deref())).await.map(Some)
+            }
             Err(error) => Err(Error::Build(error)),
         }
     } else {
@@ -97,11 +117,14 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
                 None => Verdict::failed("WaitingForConsumer", "workers start once the stream consumers are ACTIVE"),
             }),
             consumer: verdict(&stream_consumers, |c| c.verdict.clone()),
+            lag: on_lag.as_ref().map(|d| d.verdict.clone()),
         },
         open_shards,
         replicas,
         leases,
         capacity,
+        lag: lag.as_ref().map(LagReading::status).or(previous.lag),
+        lag_scaling: on_lag.map(|d| d.state),
     };
     write_status(consumer, ctx, &report).await?;
     table?;
@@ -111,6 +134,38 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     workers?;
     let ready = table_ready && consumers_ready && streams_ready;
     Ok(Action::requeue(if ready { ctx.shards.interval() } else { TABLE_WAIT }))
+}
+
+/// The labels of `consumer`'s own series on the operator's `/metrics`.
+pub fn consumer_labels(consumer: &StreamConsumer) -> ConsumerLabels {
+    ConsumerLabels { namespace: consumer.namespace().unwrap_or_default(), name: consumer.name_any() }
+}
+
+/// The lag scaling decision, with `workers.autoscaling.lag` set and the consumer not paused; `None`
+/// otherwise (replicas follow the shard-count rule alone, as without lag scaling). Open shards not
+/// counted (streams chosen by pattern) are the open rows of the lease table.
+fn scale_on_lag(
+    consumer: &StreamConsumer,
+    resolved: &ResolvedSpec,
+    lag: Option<&LagReading>,
+    by_shards: i32,
+    open_shards: Option<i32>,
+    open_rows: Option<usize>,
+) -> Option<scaling::Decision> {
+    let target = resolved.lag_scaling.as_ref()?;
+    let autoscaling = consumer.spec.workers.autoscaling.as_ref()?;
+    if consumer.spec.paused == Some(true) {
+        return None;
+    }
+    let previous = consumer.status.as_ref().and_then(|s| s.lag_scaling.clone()).unwrap_or_default();
+    let observed = scaling::Observed {
+        largest: lag.and_then(LagReading::largest),
+        base: by_shards,
+        open_shards: open_shards.or_else(|| open_rows.and_then(|n| i32::try_from(n).ok())),
+        max_replicas: autoscaling.max_replicas,
+        now: Timestamp::now(),
+    };
+    Some(scaling::decide(target, &previous, &observed))
 }
 
 /// The `StreamReady` verdict: the streams to create first (`StreamCreating` while one is not ACTIVE),

@@ -1,14 +1,15 @@
 //! Stage 3, observe: the streams' open shard counts (through the cache shared by every consumer) and
-//! the spread of leases over workers (a Scan of the lease table).
+//! the lease rows (a Scan of the lease table, at most once per reconcile interval), from which come the
+//! spread of leases over workers and the lag.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use leasehold_crds::{StreamCapacity, StreamConsumer, WorkerLeases};
-use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 
-use crate::FIELD_MANAGER;
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::lease_rows::LeaseRows;
 use crate::shards::StreamCount;
 
 /// Each named stream's capacity mode and open shards: `None` when streams are chosen by pattern or
@@ -40,16 +41,23 @@ pub async fn capacity(consumer: &StreamConsumer, ctx: &Context) -> Result<Option
     Ok(Some(capacity))
 }
 
-/// How many leases each worker holds, read from the lease table (empty when there is none or it cannot
-/// be read: the spread is informative, and the table's own condition reports a broken table).
-pub async fn lease_spread(consumer: &StreamConsumer, ctx: &Context) -> Vec<WorkerLeases> {
-    let Some(table) = &consumer.spec.lease_table else { return Vec::new() };
+/// The consumer's lease rows, read at most once per reconcile interval ([`LeaseReads`]): `None` without
+/// a lease table or when it cannot be read (the spread and the lag are informative, and the table's own
+/// condition reports a broken table).
+///
+/// [`LeaseReads`]: crate::lease_rows::LeaseReads
+pub async fn lease_rows(consumer: &StreamConsumer, ctx: &Context) -> Option<Arc<LeaseRows>> {
+    let table = consumer.spec.lease_table.as_ref()?;
     let clients = ctx.aws.get(&consumer.spec.aws).await;
-    let reader = DynamoLeaseStore::new(clients.dynamodb, table.name.clone(), LeaseSettings::new(FIELD_MANAGER));
-    let Ok(page) = reader.list().await else { return Vec::new() };
+    let key = crate::context::object_key(consumer);
+    ctx.lease_reads.get(&key, clients.dynamodb, &table.name, &ctx.metrics).await
+}
+
+/// How many leases each worker holds (open shards only).
+pub fn lease_spread(rows: &LeaseRows) -> Vec<WorkerLeases> {
     let mut counts: BTreeMap<String, i32> = BTreeMap::new();
-    for owner in page.leases.into_iter().filter(|l| !l.checkpoint.is_shard_end()).filter_map(|l| l.owner) {
-        *counts.entry(owner).or_default() += 1;
+    for owner in rows.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).filter_map(|l| l.owner.as_ref()) {
+        *counts.entry(owner.clone()).or_default() += 1;
     }
     counts.into_iter().map(|(owner, leases)| WorkerLeases { owner, leases }).collect()
 }

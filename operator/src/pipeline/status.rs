@@ -1,9 +1,9 @@
 //! Stage 6, status: conditions (computed in [`crate::conditions`]), observed generation, open shards,
-//! replicas, selector and lease spread, written by server-side apply of the status subresource.
+//! replicas, selector, lease spread, lag and lag scaling's state, written by server-side apply of the status subresource.
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use leasehold_crds::{StreamCapacity, StreamConsumer, StreamConsumerStatus, WorkerLeases};
+use leasehold_crds::{LagScalingStatus, LagStatus, StreamCapacity, StreamConsumer, StreamConsumerStatus, WorkerLeases};
 use serde_json::json;
 
 use crate::FIELD_MANAGER;
@@ -25,6 +25,10 @@ pub struct Report {
     pub leases: Vec<WorkerLeases>,
     /// Each named stream's capacity mode and open shards, when known.
     pub capacity: Vec<StreamCapacity>,
+    /// The lag as last read.
+    pub lag: Option<LagStatus>,
+    /// Lag scaling's state, with `workers.autoscaling.lag`.
+    pub lag_scaling: Option<LagScalingStatus>,
 }
 
 /// The status `report` makes of `consumer` (pure): transition times carry over from the current status.
@@ -44,6 +48,8 @@ pub fn status_of(consumer: &StreamConsumer, report: &Report) -> StreamConsumerSt
         selector: Some(build::selector(consumer)),
         leases: report.leases.clone(),
         capacity: report.capacity.clone(),
+        lag: report.lag.clone(),
+        lag_scaling: report.lag_scaling.clone(),
     }
 }
 

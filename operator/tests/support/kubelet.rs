@@ -46,10 +46,15 @@ fn built(path: &str, how: &str) -> PathBuf {
 /// Pods run as processes, by pod name.
 pub type Running = Arc<Mutex<HashMap<String, WorkerProcess>>>;
 
+/// Processes of deleted pods, once they exited (their output read to the end).
+pub type Finished = Arc<Mutex<Vec<WorkerProcess>>>;
+
 /// Runs the worker pods matching `selector` in `namespace` until `stop`.
 pub struct Kubelet {
     /// The processes, by pod name.
     pub running: Running,
+    /// The processes of pods deleted since, after they exited.
+    pub finished: Finished,
     stop: CancellationToken,
 }
 
@@ -57,19 +62,20 @@ impl Kubelet {
     /// Starts watching (polling every 250 ms).
     pub fn start(client: Client, namespace: &str, selector: &str) -> Self {
         let running: Running = Arc::default();
+        let finished: Finished = Arc::default();
         let stop = CancellationToken::new();
         let (pods, config_maps) =
             (Api::<Pod>::namespaced(client.clone(), namespace), Api::<ConfigMap>::namespaced(client, namespace));
-        let (state, token, selector) = (running.clone(), stop.clone(), selector.to_string());
+        let (state, exited, token, selector) = (running.clone(), finished.clone(), stop.clone(), selector.to_string());
         tokio::spawn(async move {
             while !token.is_cancelled() {
                 if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
-                    sync(&pods, &config_maps, &state, list.items).await;
+                    sync(&pods, &config_maps, &state, &exited, list.items).await;
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        Self { running, stop }
+        Self { running, finished, stop }
     }
 
     /// Names of the pods running as processes.
@@ -87,7 +93,7 @@ impl Drop for Kubelet {
     }
 }
 
-async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, listed: Vec<Pod>) {
+async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, finished: &Finished, listed: Vec<Pod>) {
     let alive: Vec<String> =
         listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     // Pods gone (or terminating): SIGTERM their processes, as the kubelet would.
@@ -98,9 +104,11 @@ async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, 
     };
     for process in gone {
         process.signal("TERM");
+        let finished = finished.clone();
         std::thread::spawn(move || {
             let mut process = process;
             let _ = process.wait_exit(Duration::from_secs(10));
+            finished.lock().expect("finished").push(process);
         });
     }
     for pod in listed.into_iter().filter(|p| alive.contains(&p.name_any())) {

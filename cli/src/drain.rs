@@ -19,7 +19,7 @@ use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use leasehold_worker::internals::lease::attr;
-use leasehold_worker::lease::{Lease, ShardLeases};
+use leasehold_worker::lease::{GroupRows, Lease, ShardLeases};
 use serde::Serialize;
 
 use crate::draining::{mark, unmark};

@@ -6,7 +6,7 @@
 //! heartbeat, so a mark never makes a dead worker look alive (nor delays its removal).
 
 use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use leasehold_worker::lease::{MEMBER_PREFIX, attr};
+use leasehold_worker::internals::lease::{MEMBER_PREFIX, attr};
 
 use crate::error::{CliError, Result, sdk_message};
 use crate::table::now_ms;

@@ -27,9 +27,9 @@ use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
 pub use notices::HandoffInbox;
+use notices::{Handoffs, Peers};
 #[cfg(feature = "cli")]
 pub use notices::{inbox, route as notice_route};
-use notices::{Handoffs, Peers};
 use outage::TableOutage;
 use running::beat;
 use segmented::SegmentedScan;

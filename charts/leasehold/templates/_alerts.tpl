@@ -122,6 +122,18 @@ alerts present the name as `consumer` like the rest. Each alert links its runboo
     {{- end }}{{ end }}
 - name: leasehold.operator
   rules:
+    {{- with $a.consumerLag }}{{ if .enabled }}
+    - alert: LeaseholdConsumerLagHigh
+      expr: max by (namespace, consumer) (label_replace(leasehold_consumer_lag_seconds, "consumer", "$1", "name", "(.*)")) > {{ .seconds }}
+      for: {{ .for }}
+      labels:
+        severity: {{ .severity }}
+        {{- with $extra }}{{ toYaml . | nindent 8 }}{{ end }}
+      annotations:
+        summary: "{{`{{ $labels.namespace }}/{{ $labels.consumer }}`}} is {{`{{ $value | humanizeDuration }}`}} behind on its slowest shard"
+        description: "The largest lag the workers write into the lease rows (the age of the oldest record read and not finished) has stayed above {{ .seconds }} s for {{ .for }}."
+        runbook_url: {{ printf "%s#leaseholdconsumerlaghigh" $base }}
+    {{- end }}{{ end }}
     {{- with $a.shardsUnheld }}{{ if .enabled }}
     - alert: LeaseholdShardsUnheld
       expr: max by (namespace, consumer) (label_replace(leasehold_consumer_unheld_shards, "consumer", "$1", "name", "(.*)")) > 0

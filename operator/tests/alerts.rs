@@ -91,7 +91,7 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
         }
     }
     let names: BTreeSet<String> = alerts(&docs).iter().map(|a| a["alert"].as_str().unwrap().to_string()).collect();
-    assert_eq!(names.len(), 10, "{names:?}");
+    assert_eq!(names.len(), 11, "{names:?}");
     assert_eq!(firing, names, "every alert has a unit test in which it fires");
     assert_eq!(quiet, names, "every alert has a unit test in which it stays quiet");
     let _ = std::fs::remove_dir_all(&dir);

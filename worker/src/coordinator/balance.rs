@@ -195,23 +195,29 @@ fn dealt<'a>(
     Vec::new()
 }
 
+/// A free-standing row of stream `s` for the coordinator's unit tests.
+#[cfg(test)]
+pub(super) fn test_lease(shard: usize, owner: Option<&str>) -> Lease {
+    Lease {
+        key: LeaseKey::new("s", format!("shardId-{shard:012}")),
+        owner: owner.map(String::from),
+        expiry_ms: None,
+        counter: 1,
+        checkpoint: crate::lease::Checkpoint::TrimHorizon,
+        parent_shard_ids: vec![],
+        handoff_to: None,
+        stream_created: None,
+        lag_ms: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::lease::Checkpoint;
 
     fn lease(shard: usize, owner: Option<&str>) -> Lease {
-        Lease {
-            key: LeaseKey::new("s", format!("shardId-{shard:012}")),
-            owner: owner.map(String::from),
-            expiry_ms: None,
-            counter: 1,
-            checkpoint: Checkpoint::TrimHorizon,
-            parent_shard_ids: vec![],
-            handoff_to: None,
-            stream_created: None,
-            lag_ms: None,
-        }
+        test_lease(shard, owner)
     }
 
     fn member(owner: &str, alive: bool) -> Member {

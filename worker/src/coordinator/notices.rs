@@ -252,20 +252,9 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lease::Checkpoint;
 
     fn lease(shard: usize, owner: Option<&str>) -> Lease {
-        Lease {
-            key: LeaseKey::new("s", format!("shardId-{shard:012}")),
-            owner: owner.map(str::to_string),
-            expiry_ms: None,
-            counter: 1,
-            checkpoint: Checkpoint::TrimHorizon,
-            parent_shard_ids: vec![],
-            handoff_to: None,
-            stream_created: None,
-            lag_ms: None,
-        }
+        super::super::balance::test_lease(shard, owner)
     }
 
     fn member(owner: &str, address: Option<&str>, alive: bool) -> Member {

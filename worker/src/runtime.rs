@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 use crate::config::WorkerConfig;
-use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, ScanMode};
+use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, ScanMode};
 use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
@@ -135,7 +135,8 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
     let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?;
     let settings = coordinator_settings(&config);
-    let mut coordinator = Coordinator::new(store, kinesis, sync, Arc::new(runner), processors, settings);
+    let mut coordinator =
+        Coordinator::new(store, Arc::new(KinesisShards::new(kinesis, sync)), Arc::new(runner), processors, settings);
     if let Some(inbox) = inbox {
         coordinator = coordinator.with_handoff_inbox(inbox);
     }

@@ -8,6 +8,9 @@ mod outage;
 mod running;
 mod segmented;
 mod segments;
+mod source;
+#[cfg(test)]
+mod tests;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -18,9 +21,8 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::discovery::{Incarnation, ShardSync};
+use crate::discovery::Incarnation;
 use crate::dispatch::Runner;
-use crate::kinesis::Kinesis;
 use crate::lease::{HeldLease, Lease, LeaseError, LeaseKey, LeasePage, LeaseStore, Member};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
@@ -33,6 +35,7 @@ pub use notices::{inbox, route as notice_route};
 use outage::TableOutage;
 use running::beat;
 use segmented::SegmentedScan;
+pub(crate) use source::{KinesisShards, ShardSource};
 
 /// How the coordinator reads the lease table (`lease.scan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,8 +84,7 @@ struct Running {
 /// Runs one worker's share of a consumer group.
 pub struct Coordinator {
     store: Arc<dyn LeaseStore>,
-    kinesis: Kinesis,
-    sync: ShardSync,
+    shards: Arc<dyn ShardSource>,
     runner: Arc<Runner>,
     processors: Arc<dyn ProcessorFactory>,
     settings: CoordinatorSettings,
@@ -115,12 +117,12 @@ struct Read {
 }
 
 impl Coordinator {
-    /// A coordinator over `store`, syncing shards with `sync`, making each held shard's processor with
-    /// `processors` and running its records with `runner` (whose metrics it counts into).
-    pub fn new(
+    /// A coordinator over `store`, listing and reading shards through `shards`, making each held
+    /// shard's processor with `processors` and running its records with `runner` (whose metrics it
+    /// counts into).
+    pub(crate) fn new(
         store: Arc<dyn LeaseStore>,
-        kinesis: Kinesis,
-        sync: ShardSync,
+        shards: Arc<dyn ShardSource>,
         runner: Arc<Runner>,
         processors: Arc<dyn ProcessorFactory>,
         settings: CoordinatorSettings,
@@ -134,8 +136,7 @@ impl Coordinator {
         }
         Self {
             store,
-            kinesis,
-            sync,
+            shards,
             runner,
             processors,
             settings,
@@ -266,7 +267,7 @@ impl Coordinator {
         }
         self.remove_silent_members(&page.members).await;
         if whole && self.syncs_shards() && now >= self.next_sync {
-            let report = self.sync.sync(self.store.as_ref(), &page.leases).await;
+            let report = self.shards.sync(self.store.as_ref(), &page.leases).await;
             tracing::debug!(?report, "shard sync");
             self.next_sync = now + self.settings.shard_sync_interval;
             if report.created + report.deleted + report.foreign > 0 {
@@ -436,7 +437,7 @@ impl Coordinator {
     /// another stream; the next shard sync, brought forward, replaces it.
     async fn same_incarnation(&mut self, lease: &Lease) -> bool {
         let Some(created) = lease.stream_created else { return true };
-        match self.sync.incarnation(lease.key.stream(), self.settings.renew_interval).await {
+        match self.shards.incarnation(lease.key.stream(), self.settings.renew_interval).await {
             Incarnation::Known(now) if now == created => true,
             Incarnation::Known(_) => {
                 tracing::info!(shard = %lease.key, "row of a former incarnation of its stream not taken; syncing shards");

@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::{Coordinator, Running, ScanMode};
 use crate::lease::{Checkpoint, HeldLease, Lease, LeaseKey, LeaseStore, renew_until_lost};
 use crate::metrics::Metrics;
-use crate::shard::{ShardExit, ShardReader, run_shard};
+use crate::shard::{ShardExit, ShardRun, run_shard};
 
 impl Coordinator {
     /// Starts reading a lease just acquired (`sent`: when the acquire went out), with its renewer.
@@ -26,8 +26,7 @@ impl Coordinator {
             metrics.renewals_failed.inc();
         }));
         let stop = CancellationToken::new();
-        let reader = ShardReader {
-            kinesis: self.kinesis.clone(),
+        let run = ShardRun {
             held: held.clone(),
             runner: self.runner.clone(),
             processor: self.processors.create(&key),
@@ -36,12 +35,13 @@ impl Coordinator {
             stop: stop.clone(),
         };
         let exits = self.exits_tx.clone();
+        let shards = self.shards.clone();
         let reader_key = key.clone();
         // Every log line of the shard's reader and its records carries the shard (`spans` in JSON logs).
         let span = tracing::info_span!("shard", shard = %key);
         let reader = tokio::spawn(
             async move {
-                let exit = run_shard(reader).await;
+                let exit = run_shard(run, |run| async move { shards.read(run).await }).await;
                 let _ = exits.send((reader_key, exit));
             }
             .instrument(span),

@@ -2,22 +2,28 @@
 //! one closing hook that fits how the reading ended, bounded by `lease.gracefulTimeout` so a slow hook
 //! never holds a handoff or a shutdown past it.
 
-use super::{ShardExit, ShardReader};
+use std::future::Future;
+
+use super::{ShardExit, ShardRun};
 use crate::processor::ShardStart;
 
-/// Reads the shard with its processor, calling the processor's lifecycle hooks; returns how it ended.
+/// Reads the shard with `read`, calling the processor's lifecycle hooks around it; returns how it ended.
 ///
 /// Hooks: `Ended` → `shard_ended`; `Stopped` (handoff, shutdown) → `shutdown_requested`; `Failed` (the
 /// shard cannot be read: the worker gives it up, checkpointing what is done) → `shard_failed`; `Lost`
 /// → `lease_lost`. Dropping the returned future (a reader abandoned at the shutdown deadline) drops the
 /// processor, which must then let go of what it holds.
-pub async fn run_shard(reader: ShardReader) -> ShardExit {
-    let processor = reader.processor.clone();
-    let timeout = reader.settings.hook_timeout;
-    let key = reader.held.key().clone();
-    let start = ShardStart { shard: key.clone(), checkpoint: reader.start.clone() };
+pub async fn run_shard<R, F>(run: ShardRun, read: R) -> ShardExit
+where
+    R: FnOnce(ShardRun) -> F,
+    F: Future<Output = ShardExit>,
+{
+    let processor = run.processor.clone();
+    let timeout = run.settings.hook_timeout;
+    let key = run.held.key().clone();
+    let start = ShardStart { shard: key.clone(), checkpoint: run.start.clone() };
     processor.initialize(&start).await;
-    let exit = reader.run().await;
+    let exit = read(run).await;
     let (hook, closing) = match &exit {
         ShardExit::Ended => ("shard_ended", processor.shard_ended()),
         ShardExit::Stopped { .. } => ("shutdown_requested", processor.shutdown_requested()),

@@ -103,10 +103,8 @@ pub enum ShardExit {
     },
 }
 
-/// Everything one shard's reader needs.
-pub struct ShardReader {
-    /// Kinesis client.
-    pub kinesis: Kinesis,
+/// What reading one held shard needs, whatever reads it (Kinesis, or a test's stand-in).
+pub struct ShardRun {
     /// The held lease (checkpoints go through it).
     pub held: Arc<HeldLease>,
     /// Runs each record through the processor and the retry policy.
@@ -119,6 +117,14 @@ pub struct ShardReader {
     pub settings: ReaderSettings,
     /// Cancelled to ask for a graceful stop.
     pub stop: CancellationToken,
+}
+
+/// One shard's reader over Kinesis.
+pub struct ShardReader {
+    /// Kinesis client.
+    kinesis: Kinesis,
+    /// The shard, its lease and its processor.
+    run: ShardRun,
 }
 
 fn start_at(position: &Checkpoint) -> Option<StartAt> {
@@ -203,47 +209,52 @@ impl Cursor {
 type Flow<T> = Result<T, ShardExit>;
 
 impl ShardReader {
+    /// A reader of `run`'s shard through `kinesis`.
+    pub fn new(kinesis: Kinesis, run: ShardRun) -> Self {
+        Self { kinesis, run }
+    }
+
     /// Reads the shard until it ends, the lease is lost, or a stop is requested.
     pub async fn run(self) -> ShardExit {
-        let mut start = self.start.clone();
+        let mut start = self.run.start.clone();
         if start.is_shard_end() {
             return ShardExit::Ended;
         }
         // A LATEST start is pinned to a timestamp and checkpointed at once, so a worker that takes the
         // lease over before any record arrives resumes from here rather than from its own later tip.
         if start == Checkpoint::Latest {
-            start = Checkpoint::AtTimestamp(self.held.wall_ms());
-            self.held.set_progress(start.clone());
+            start = Checkpoint::AtTimestamp(self.run.held.wall_ms());
+            self.run.held.set_progress(start.clone());
             if let Err(e) = self.write_checkpoint(&start).await
                 && e.is_not_held()
             {
                 return ShardExit::Lost;
             }
         }
-        let held = self.held.clone();
+        let held = self.run.held.clone();
         // After a pause (a stopped process, a starved runtime) the deadline may have passed before the
         // renewer noticed: no record starts past it.
         let gate: Gate = Arc::new(move || held.is_valid());
         let mut dispatcher = Dispatcher::new(
-            self.settings.dispatch,
-            self.runner.clone(),
-            self.processor.clone(),
-            self.stop.clone(),
+            self.run.settings.dispatch,
+            self.run.runner.clone(),
+            self.run.processor.clone(),
+            self.run.stop.clone(),
             gate,
         );
-        let key = self.held.key();
-        self.held.lag().report_to(self.runner.metrics().shard_lag(key.stream(), key.shard_id()));
+        let key = self.run.held.key();
+        self.run.held.lag().report_to(self.run.runner.metrics().shard_lag(key.stream(), key.shard_id()));
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
-        let read = match self.settings.mode {
+        let read = match self.run.settings.mode {
             ReaderMode::Polling => self.read(&mut dispatcher, &mut cursor).await,
             ReaderMode::FanOut => self.read_fan_out(&mut dispatcher, &mut cursor).await,
         };
         let exit = match read {
             Ok(exit) | Err(exit) => exit,
         };
-        self.runner.metrics().forget_shard(&key.to_string());
-        self.runner.metrics().forget_shard_lag(key.stream(), key.shard_id());
+        self.run.runner.metrics().forget_shard(&key.to_string());
+        self.run.runner.metrics().forget_shard_lag(key.stream(), key.shard_id());
         exit
     }
 
@@ -251,16 +262,16 @@ impl ShardReader {
     async fn read(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
         let mut polling = Polling {
             iterator: None,
-            pace: Pace::new(self.settings.min_call_gap),
-            page: PageLimit::new(self.settings.max_records),
+            pace: Pace::new(self.run.settings.min_call_gap),
+            page: PageLimit::new(self.run.settings.max_records),
             unpacker: self.unpacker(cursor),
             failures: Box::new(read_backoff()),
         };
         loop {
-            if self.held.lost().is_cancelled() {
+            if self.run.held.lost().is_cancelled() {
                 return Ok(ShardExit::Lost);
             }
-            if self.stop.is_cancelled() {
+            if self.run.stop.is_cancelled() {
                 return self.stopped(d, cursor).await;
             }
             let step = match self.poll_once(d, cursor, &mut polling).await? {
@@ -277,7 +288,7 @@ impl ShardReader {
     /// One turn of polling: an iterator if there is none, then one paced GetRecords and its records
     /// handed over; says what happens next.
     async fn poll_once(&self, d: &mut Dispatcher, cursor: &mut Cursor, polling: &mut Polling) -> Flow<Polled> {
-        let key = self.held.key();
+        let key = self.run.held.key();
         let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
         let current = match polling.iterator.take() {
             Some(current) => current,
@@ -304,7 +315,7 @@ impl ShardReader {
         // been delivered, so the next holder reads it again from the checkpoint.
         let read = tokio::select! {
             biased;
-            _ = self.stop.cancelled() => None,
+            _ = self.run.stop.cancelled() => None,
             batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, polling.page.get())) => Some(batch),
         };
         let Some(batch) = read else { return self.stopped(d, cursor).await.map(Polled::Exit) };
@@ -312,7 +323,7 @@ impl ShardReader {
         let batch = match batch? {
             Ok(batch) => {
                 if polling.page.succeeded() {
-                    self.runner.metrics().page_limit(&shard_label, polling.page.get());
+                    self.run.runner.metrics().page_limit(&shard_label, polling.page.get());
                 }
                 batch
             }
@@ -322,10 +333,10 @@ impl ShardReader {
             }
             Err(e) => {
                 if matches!(e, KinesisError::TimedOut) {
-                    self.runner.metrics().get_records_timeouts.inc();
+                    self.run.runner.metrics().get_records_timeouts.inc();
                     if polling.page.timed_out() {
                         tracing::info!(shard = %key, limit = polling.page.get(), "GetRecords timed out; asking for smaller pages");
-                        self.runner.metrics().page_limit(&shard_label, polling.page.get());
+                        self.run.runner.metrics().page_limit(&shard_label, polling.page.get());
                     }
                 }
                 polling.iterator = Some(current);
@@ -344,15 +355,15 @@ impl ShardReader {
         self.maybe_checkpoint(d, cursor).await?;
         if empty {
             // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
-            self.drive(d, self.wait(Some(Instant::now() + self.settings.idle_time))).await?;
+            self.drive(d, self.wait(Some(Instant::now() + self.run.settings.idle_time))).await?;
         }
         Ok(Polled::Read)
     }
 
     /// The unpacker of this shard, read from `cursor`'s start.
     fn unpacker(&self, cursor: &Cursor) -> Unpacker {
-        let label = self.held.key().to_string();
-        Unpacker::new(self.settings.deaggregate, &cursor.start, self.runner.metrics().clone(), label)
+        let label = self.run.held.key().to_string();
+        Unpacker::new(self.run.settings.deaggregate, &cursor.start, self.run.runner.metrics().clone(), label)
     }
 
     /// Hands the records of one read (a GetRecords answer or a fan-out event) to the dispatcher in
@@ -366,16 +377,16 @@ impl ShardReader {
         records: Vec<Record>,
         millis_behind: Option<i64>,
     ) -> Flow<Option<ShardExit>> {
-        let key = self.held.key();
+        let key = self.run.held.key();
         if let Some(behind) = millis_behind {
-            self.runner.metrics().behind(&key.to_string(), behind);
+            self.run.runner.metrics().behind(&key.to_string(), behind);
         }
-        self.held.lag().read(millis_behind);
+        self.run.held.lag().read(millis_behind);
         if d.pending() == 0 {
             // Until the first of them is admitted, the oldest record not finished is this read's first.
-            self.held.lag().set_oldest_unfinished(records.first().and_then(|r| r.arrival_ms));
+            self.run.held.lag().set_oldest_unfinished(records.first().and_then(|r| r.arrival_ms));
         }
-        self.held.lag().measure(self.held.wall_ms());
+        self.run.held.lag().measure(self.run.held.wall_ms());
         let last_fetched = records.last().map(|r| r.sequence_number.clone());
         for record in records {
             let deaggregated = unpacker.deaggregate(&record);
@@ -384,7 +395,7 @@ impl ShardReader {
                 unpacker.set_range(listed);
             }
             for (record, covers) in unpacker.expand(record, deaggregated) {
-                if self.stop.is_cancelled() {
+                if self.run.stop.is_cancelled() {
                     return self.stopped(d, cursor).await.map(Some);
                 }
                 // Backpressure: the next record is admitted only when the window has room.
@@ -408,12 +419,12 @@ impl ShardReader {
     /// failed describe to back off from. A describe refused for good (no permission) lets the iterator
     /// be taken unchecked, as for rows without a stamp.
     async fn check_incarnation(&self, d: &mut Dispatcher, stream: &str, cursor: &Cursor) -> Flow<Incarnation> {
-        let Some(created) = self.held.stream_created() else { return Ok(Incarnation::Same) };
+        let Some(created) = self.run.held.stream_created() else { return Ok(Incarnation::Same) };
         match self.drive(d, self.kinesis.stream_created(stream)).await? {
             Ok(state) if state.created == created => Ok(Incarnation::Same),
             Ok(state) => {
                 let now = state.created;
-                tracing::warn!(shard = %self.held.key(), row = created, stream = now,
+                tracing::warn!(shard = %self.run.held.key(), row = created, stream = now,
                     "the stream was recreated since the lease was taken; giving the shard up");
                 self.drain(d).await?;
                 let reason = format!("stream recreated (created {now}, the row is about {created})");
@@ -423,7 +434,7 @@ impl ShardReader {
                 Ok(Incarnation::Unknown(e))
             }
             Err(e) => {
-                tracing::debug!(shard = %self.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
+                tracing::debug!(shard = %self.run.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
                 Ok(Incarnation::Same)
             }
         }
@@ -435,7 +446,7 @@ impl ShardReader {
         loop {
             let stepped = tokio::select! {
                 biased;
-                _ = self.held.lost().cancelled() => return Err(ShardExit::Lost),
+                _ = self.run.held.lost().cancelled() => return Err(ShardExit::Lost),
                 out = &mut work => return Ok(out),
                 stepped = d.step(), if d.is_busy() => stepped,
             };
@@ -447,7 +458,7 @@ impl ShardReader {
     async fn step(&self, d: &mut Dispatcher) -> Flow<()> {
         let stepped = tokio::select! {
             biased;
-            _ = self.held.lost().cancelled() => return Err(ShardExit::Lost),
+            _ = self.run.held.lost().cancelled() => return Err(ShardExit::Lost),
             stepped = d.step() => stepped,
         };
         self.stepped(d, stepped)
@@ -457,19 +468,19 @@ impl ShardReader {
     /// watermark (what to checkpoint if this reader has to be abandoned).
     fn stepped(&self, d: &mut Dispatcher, result: Result<bool, Halted>) -> Flow<()> {
         if result.is_err() {
-            self.held.mark_lost("deadline passed before processing");
+            self.run.held.mark_lost("deadline passed before processing");
             return Err(ShardExit::Lost);
         }
         if let Some(position) = d.take_advanced() {
-            self.held.set_progress(position.clone());
+            self.run.held.set_progress(position.clone());
         }
-        self.held.lag().set_oldest_unfinished(d.oldest_pending_arrival());
+        self.run.held.lag().set_oldest_unfinished(d.oldest_pending_arrival());
         Ok(())
     }
 
     /// Checkpoints the done prefix if `checkpointInterval` has passed and it moved.
     async fn maybe_checkpoint(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<()> {
-        if cursor.last_checkpoint.elapsed() < self.settings.checkpoint_interval {
+        if cursor.last_checkpoint.elapsed() < self.run.settings.checkpoint_interval {
             return Ok(());
         }
         let position = cursor.position(d);
@@ -482,15 +493,15 @@ impl ShardReader {
                 cursor.last_checkpoint = Instant::now();
             }
             Err(e) if e.is_not_held() => return Err(ShardExit::Lost),
-            Err(e) => tracing::warn!(shard = %self.held.key(), error = %e, "checkpoint failed; will retry"),
+            Err(e) => tracing::warn!(shard = %self.run.held.key(), error = %e, "checkpoint failed; will retry"),
         }
         Ok(())
     }
 
     /// Writes a checkpoint through the held lease, counting it once written.
     async fn write_checkpoint(&self, position: &Checkpoint) -> Result<(), LeaseError> {
-        self.held.checkpoint(position).await?;
-        self.runner.metrics().checkpoints_written.inc();
+        self.run.held.checkpoint(position).await?;
+        self.run.runner.metrics().checkpoints_written.inc();
         Ok(())
     }
 
@@ -513,8 +524,8 @@ impl ShardReader {
     async fn wait(&self, until: Option<Instant>) -> bool {
         let Some(until) = until else { return true };
         tokio::select! {
-            _ = self.held.lost().cancelled() => false,
-            _ = self.stop.cancelled() => false,
+            _ = self.run.held.lost().cancelled() => false,
+            _ = self.run.stop.cancelled() => false,
             _ = tokio::time::sleep_until(until) => true,
         }
     }
@@ -527,7 +538,7 @@ impl ShardReader {
         failures: &mut impl Iterator<Item = Duration>,
         cursor: &Cursor,
     ) -> Flow<Step> {
-        let key = self.held.key();
+        let key = self.run.held.key();
         if let KinesisError::StreamNotFound { .. } = error {
             tracing::error!(shard = %key, error = %error, "stream gone; giving the shard up");
             // Records already admitted finish first, so the release checkpoints as far as possible.
@@ -558,14 +569,14 @@ impl ShardReader {
         loop {
             match self.write_checkpoint(&Checkpoint::ShardEnd).await {
                 Ok(()) => {
-                    tracing::info!(shard = %self.held.key(), "shard ended");
+                    tracing::info!(shard = %self.run.held.key(), "shard ended");
                     return Ok(ShardExit::Ended);
                 }
                 Err(e) if e.is_not_held() => return Ok(ShardExit::Lost),
                 Err(e) => {
-                    tracing::warn!(shard = %self.held.key(), error = %e, last = %position, "SHARD_END checkpoint failed; retrying");
+                    tracing::warn!(shard = %self.run.held.key(), error = %e, last = %position, "SHARD_END checkpoint failed; retrying");
                     if !self.wait(Some(Instant::now() + Duration::from_millis(500))).await {
-                        if self.held.lost().is_cancelled() {
+                        if self.run.held.lost().is_cancelled() {
                             return Ok(ShardExit::Lost);
                         }
                         return Ok(ShardExit::Stopped { last: position });

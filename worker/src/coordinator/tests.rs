@@ -1,0 +1,569 @@
+//! The coordinator's decisions over the memory store, a stand-in shard source and a paused clock: whole
+//! groups of coordinators in one test, in every mode (full, segmented, manual assignment), with no
+//! emulator and no process. The clock is tokio's, paused: it moves only when every task waits, straight
+//! to the next timer, so minutes of lease time pass in milliseconds and every run takes the same steps.
+//! The lease store judges expiry on the same clock ([`PausedClock`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::{Coordinator, CoordinatorSettings, ScanMode, ShardSource};
+use crate::discovery::{Incarnation, SyncReport};
+use crate::dispatch::Runner;
+use crate::lease::{
+    Checkpoint, Clock, GroupRows, Lease, LeaseError, LeaseKey, LeasePage, LeaseSettings, LeaseStore, Member,
+    MemoryLeaseStore, MemoryLeaseTable, NewLease, PageToken, Result, ShardLeases,
+};
+use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
+use crate::shard::{ReaderSettings, ShardExit, ShardRun};
+
+const STREAM: &str = "orders";
+const LEASE: Duration = Duration::from_secs(3);
+
+/// The lease store's clocks read from tokio's (paused) clock, so expiry is judged on the time the test moves.
+#[derive(Debug)]
+struct PausedClock {
+    start: Instant,
+}
+
+impl Clock for PausedClock {
+    fn wall_ms(&self) -> i64 {
+        1_800_000_000_000 + i64::try_from(self.monotonic().as_millis()).unwrap_or(i64::MAX)
+    }
+
+    fn monotonic(&self) -> Duration {
+        self.start.elapsed()
+    }
+}
+
+/// A worker's view of the memory table that can be cut off, as a worker that lost its network (or
+/// hung) is: every call fails from then on, so its leases run out while it still thinks it runs them.
+struct Severable {
+    inner: MemoryLeaseStore,
+    cut: AtomicBool,
+    /// Pages of whole-table reads made through this store.
+    whole_reads: AtomicU64,
+}
+
+impl Severable {
+    fn check(&self) -> Result<()> {
+        if self.cut.load(Ordering::SeqCst) {
+            return Err(LeaseError::Transport { table: "memory".into(), message: "cut off".into() });
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl ShardLeases for Severable {
+    fn settings(&self) -> &LeaseSettings {
+        self.inner.settings()
+    }
+    async fn create_if_absent(&self, lease: &NewLease) -> Result<bool> {
+        self.check()?;
+        self.inner.create_if_absent(lease).await
+    }
+    async fn get(&self, key: &LeaseKey) -> Result<Option<Lease>> {
+        self.check()?;
+        self.inner.get(key).await
+    }
+    async fn acquire(&self, seen: &Lease) -> Result<Lease> {
+        self.check()?;
+        self.inner.acquire(seen).await
+    }
+    async fn renew(&self, held: &Lease) -> Result<Lease> {
+        self.check()?;
+        self.inner.renew(held).await
+    }
+    async fn checkpoint(&self, held: &Lease, checkpoint: &Checkpoint) -> Result<Lease> {
+        self.check()?;
+        self.inner.checkpoint(held, checkpoint).await
+    }
+    async fn release(&self, held: &Lease, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
+        self.check()?;
+        self.inner.release(held, final_checkpoint).await
+    }
+    async fn release_to(&self, held: &Lease, to: &str, final_checkpoint: Option<&Checkpoint>) -> Result<Lease> {
+        self.check()?;
+        self.inner.release_to(held, to, final_checkpoint).await
+    }
+    async fn request_handoff(&self, seen: &Lease) -> Result<Lease> {
+        self.check()?;
+        self.inner.request_handoff(seen).await
+    }
+    async fn replace(&self, seen: &Lease, new: &NewLease) -> Result<()> {
+        self.check()?;
+        self.inner.replace(seen, new).await
+    }
+    async fn delete(&self, seen: &Lease) -> Result<()> {
+        self.check()?;
+        self.inner.delete(seen).await
+    }
+}
+
+#[async_trait]
+impl GroupRows for Severable {
+    async fn heartbeat(&self) -> Result<()> {
+        self.check()?;
+        self.inner.heartbeat().await
+    }
+    async fn leave(&self) -> Result<()> {
+        self.check()?;
+        self.inner.leave().await
+    }
+    async fn remove_member(&self, member: &Member) -> Result<()> {
+        self.check()?;
+        self.inner.remove_member(member).await
+    }
+    async fn announce(&self) -> Result<()> {
+        self.check()?;
+        self.inner.announce().await
+    }
+    async fn changes(&self) -> Result<u64> {
+        self.check()?;
+        self.inner.changes().await
+    }
+}
+
+#[async_trait]
+impl LeaseStore for Severable {
+    async fn list_segment_page(
+        &self,
+        segment: u32,
+        total: u32,
+        start: Option<&PageToken>,
+        limit: i32,
+    ) -> Result<LeasePage> {
+        self.check()?;
+        if total == 1 {
+            self.whole_reads.fetch_add(1, Ordering::SeqCst);
+        }
+        self.inner.list_segment_page(segment, total, start, limit).await
+    }
+}
+
+/// One shard reading by one worker, as the stand-in source saw it.
+#[derive(Debug, Clone, PartialEq)]
+struct Reading {
+    owner: String,
+    shard: String,
+    start: Checkpoint,
+    /// Where it stopped (`SHARD_END` when it read to the end), `None` while reading or when it lost the lease.
+    end: Option<Checkpoint>,
+    started: Instant,
+    /// When it stopped acting on the shard: when it stopped, or at the latest its lease's deadline
+    /// when it lost the lease (a holder acts only while `HeldLease::is_valid`).
+    ended: Option<Instant>,
+}
+
+/// A fixed set of shards (with their parents) standing in for Kinesis. Reading a shard waits for the
+/// stop or the loss of its lease and stops at a position of its own (a sequence number no other reading
+/// stops at), so the next reader's start shows whose checkpoint it resumed from; shards listed in
+/// `ending` are read to their end at once. It records every reading, with when it started and stopped.
+#[derive(Default)]
+struct StandInShards {
+    shards: Vec<(String, Vec<String>)>,
+    ending: HashSet<String>,
+    readings: Mutex<Vec<Reading>>,
+    stops: AtomicU64,
+}
+
+impl StandInShards {
+    fn open(count: usize) -> Self {
+        Self { shards: (0..count).map(|i| (format!("shard-{i:02}"), vec![])).collect(), ..Self::default() }
+    }
+
+    fn readings(&self) -> Vec<Reading> {
+        self.readings.lock().expect("readings").clone()
+    }
+
+    /// Shards read now, per reader.
+    fn reading_now(&self) -> BTreeMap<String, usize> {
+        let mut now = BTreeMap::new();
+        for reading in self.readings().into_iter().filter(|r| r.ended.is_none()) {
+            *now.entry(reading.owner).or_insert(0) += 1;
+        }
+        now
+    }
+
+    /// Readings of one shard that overlapped in time: a shard read by two workers at once.
+    fn overlaps(&self) -> Vec<String> {
+        let mut last: HashMap<String, Reading> = HashMap::new();
+        let mut overlaps = Vec::new();
+        for reading in self.readings() {
+            if let Some(before) = last.get(&reading.shard)
+                && before.ended.is_none_or(|ended| ended > reading.started)
+            {
+                overlaps.push(format!("{}: {} while {}", reading.shard, reading.owner, before.owner));
+            }
+            last.insert(reading.shard.clone(), reading);
+        }
+        overlaps
+    }
+
+    /// Readings that did not start where the shard's previous reading left it (its final checkpoint,
+    /// or where it started when it lost the lease, as the stand-in checkpoints nothing on the way): a
+    /// record processed twice, or skipped.
+    fn restarts(&self) -> Vec<String> {
+        let mut left_at: HashMap<String, Checkpoint> = HashMap::new();
+        let mut wrong = Vec::new();
+        for reading in self.readings() {
+            if let Some(expected) = left_at.get(&reading.shard)
+                && *expected != reading.start
+            {
+                wrong
+                    .push(format!("{}: {} started at {}, not {expected}", reading.shard, reading.owner, reading.start));
+            }
+            left_at.insert(reading.shard.clone(), reading.end.clone().unwrap_or(reading.start.clone()));
+        }
+        wrong
+    }
+}
+
+#[async_trait]
+impl ShardSource for StandInShards {
+    async fn sync(&self, store: &dyn LeaseStore, rows: &[Lease]) -> SyncReport {
+        let known: HashSet<&str> = rows.iter().map(|row| row.key.shard_id()).collect();
+        let mut report = SyncReport { streams: vec![STREAM.into()], ..SyncReport::default() };
+        for (shard, parents) in &self.shards {
+            if known.contains(shard.as_str()) {
+                continue;
+            }
+            let new = NewLease {
+                key: LeaseKey::new(STREAM, shard.clone()),
+                checkpoint: Checkpoint::TrimHorizon,
+                parent_shard_ids: parents.clone(),
+                stream_created: None,
+            };
+            if store.create_if_absent(&new).await.unwrap_or(false) {
+                report.created += 1;
+            }
+        }
+        report
+    }
+
+    async fn incarnation(&self, _stream: &str, _max_age: Duration) -> Incarnation {
+        Incarnation::Unknown
+    }
+
+    async fn read(&self, run: ShardRun) -> ShardExit {
+        let owner = run.held.latest().owner.unwrap_or_default();
+        let shard = run.held.key().shard_id().to_string();
+        let index = {
+            let mut readings = self.readings.lock().expect("readings");
+            let start = run.start.clone();
+            readings.push(Reading {
+                owner,
+                shard: shard.clone(),
+                start,
+                end: None,
+                started: Instant::now(),
+                ended: None,
+            });
+            readings.len() - 1
+        };
+        let exit = if self.ending.contains(&shard) {
+            match run.held.checkpoint(&Checkpoint::ShardEnd).await {
+                Ok(_) => ShardExit::Ended,
+                Err(_) => ShardExit::Lost,
+            }
+        } else {
+            tokio::select! {
+                _ = run.stop.cancelled() => {
+                    let sequence = 1_000 + self.stops.fetch_add(1, Ordering::SeqCst);
+                    ShardExit::Stopped { last: Checkpoint::Sequence(sequence.to_string()) }
+                }
+                _ = run.held.lost().cancelled() => ShardExit::Lost,
+            }
+        };
+        let mut readings = self.readings.lock().expect("readings");
+        let reading = &mut readings[index];
+        reading.ended = Some(Instant::now());
+        reading.end = match &exit {
+            ShardExit::Ended => Some(Checkpoint::ShardEnd),
+            ShardExit::Stopped { last } | ShardExit::Failed { last, .. } => Some(last.clone()),
+            ShardExit::Lost => {
+                reading.ended = Some(Instant::now().min(run.held.deadline()));
+                None
+            }
+        };
+        drop(readings);
+        exit
+    }
+}
+
+struct Ignore;
+
+#[async_trait]
+impl ShardProcessor for Ignore {
+    async fn process(&self, _record: &Record, _outputs: &mut Outputs) -> std::result::Result<(), ProcessError> {
+        Ok(())
+    }
+}
+
+fn settings(scan: ScanMode) -> CoordinatorSettings {
+    CoordinatorSettings {
+        renew_interval: Duration::from_secs(1),
+        scan_interval: Duration::from_millis(500),
+        shard_sync_interval: Duration::from_secs(2),
+        graceful_timeout: Duration::from_secs(2),
+        handoff_timeout: Duration::from_secs(5),
+        reader: ReaderSettings::default(),
+        assigned: None,
+        scan,
+    }
+}
+
+const SEGMENTED: ScanMode = ScanMode::Segmented { rows_per_segment: 4 };
+
+/// A running coordinator of the group.
+struct Worker {
+    store: Arc<Severable>,
+    shutdown: CancellationToken,
+    run: JoinHandle<()>,
+}
+
+/// Coordinators sharing one memory table and one stand-in source.
+struct Group {
+    table: MemoryLeaseTable,
+    shards: Arc<StandInShards>,
+    clock: Arc<PausedClock>,
+    workers: BTreeMap<String, Worker>,
+}
+
+impl Group {
+    fn new(shards: StandInShards) -> Self {
+        Self {
+            table: MemoryLeaseTable::new(),
+            shards: Arc::new(shards),
+            clock: Arc::new(PausedClock { start: Instant::now() }),
+            workers: BTreeMap::new(),
+        }
+    }
+
+    fn start(&mut self, owner: &str, settings: CoordinatorSettings) {
+        let lease = LeaseSettings::new(owner).with_duration(LEASE).with_clock(self.clock.clone());
+        let store = Arc::new(Severable {
+            inner: self.table.store(lease),
+            cut: AtomicBool::new(false),
+            whole_reads: AtomicU64::new(0),
+        });
+        let runner = Arc::new(Runner::new(Arc::default()));
+        let processors = Arc::new(|_: &LeaseKey| Ignore);
+        let coordinator = Coordinator::new(store.clone(), self.shards.clone(), runner, processors, settings);
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(coordinator.run(shutdown.clone()));
+        self.workers.insert(owner.into(), Worker { store, shutdown, run });
+    }
+
+    /// Shuts `owner` down as SIGTERM does, and waits for it to have given everything back.
+    async fn stop(&mut self, owner: &str) {
+        let worker = self.workers.remove(owner).expect("a running worker");
+        worker.shutdown.cancel();
+        worker.run.await.expect("coordinator ran to its end");
+    }
+
+    /// Cuts `owner` off from the table: it can no longer renew, read or release.
+    fn cut(&self, owner: &str) {
+        self.workers[owner].store.cut.store(true, Ordering::SeqCst);
+    }
+
+    /// Shards read now per worker: a row handed to a worker counts once it reads the shard.
+    fn holders(&self) -> BTreeMap<String, usize> {
+        self.shards.reading_now()
+    }
+
+    /// A store reading the table as an onlooker.
+    fn onlooker(&self) -> MemoryLeaseStore {
+        self.table.store(LeaseSettings::new("onlooker").with_clock(self.clock.clone()))
+    }
+
+    /// Waits (on the paused clock) until the holders are `expected`; how long it took.
+    async fn until_held(&self, expected: &[(&str, usize)], limit: Duration) -> Duration {
+        let expected: BTreeMap<String, usize> =
+            expected.iter().filter(|(_, n)| *n > 0).map(|(o, n)| ((*o).to_string(), *n)).collect();
+        self.until(&format!("holders {expected:?}"), limit, |holders| *holders == expected).await
+    }
+
+    /// Waits (on the paused clock) until the holders satisfy `done`; how long it took.
+    async fn until(&self, what: &str, limit: Duration, done: impl Fn(&BTreeMap<String, usize>) -> bool) -> Duration {
+        let started = Instant::now();
+        loop {
+            let holders = self.holders();
+            if done(&holders) {
+                return started.elapsed();
+            }
+            assert!(started.elapsed() < limit, "{what} not reached within {limit:?}: holders {holders:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn stop_all(mut self) {
+        let owners: Vec<String> = self.workers.keys().cloned().collect();
+        for owner in owners {
+            self.stop(&owner).await;
+        }
+        assert_eq!(self.shards.overlaps(), Vec::<String>::new(), "no shard read by two workers at once");
+        assert_eq!(self.shards.restarts(), Vec::<String>::new(), "every reading resumed where the last one left");
+    }
+}
+
+async fn group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(scan: ScanMode) {
+    let mut group = Group::new(StandInShards::open(6));
+    group.start("w1", settings(scan));
+    group.until_held(&[("w1", 6)], Duration::from_secs(10)).await;
+    group.start("w2", settings(scan));
+    group.until_held(&[("w1", 3), ("w2", 3)], Duration::from_secs(20)).await;
+    group.start("w3", settings(scan));
+    group.until_held(&[("w1", 2), ("w2", 2), ("w3", 2)], Duration::from_secs(20)).await;
+    // Every move was a handoff, the new holder starting where the old one stopped (checked by
+    // `stop_all`), and each join moved only the newcomer's share: 3 shards to w2, then 2 to w3.
+    let readings = group.shards.readings();
+    let moved = readings.iter().filter(|r| r.owner != "w1").count();
+    assert_eq!(moved, 3 + 2, "no shard moved but to a newcomer: {readings:#?}");
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_scans_split_a_group_evenly_by_handoff() {
+    group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(ScanMode::Full).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn segmented_scans_split_a_group_evenly_by_handoff() {
+    group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(SEGMENTED).await;
+}
+
+async fn a_cut_off_workers_shards_move_after_one_lease(scan: ScanMode) {
+    let mut group = Group::new(StandInShards::open(12));
+    for owner in ["w1", "w2", "w3"] {
+        group.start(owner, settings(scan));
+    }
+    group.until_held(&[("w1", 4), ("w2", 4), ("w3", 4)], Duration::from_secs(30)).await;
+    group.cut("w2");
+    let moved = group.until_held(&[("w1", 6), ("w2", 0), ("w3", 6)], Duration::from_secs(30)).await;
+    // Expiry is judged on the counter seen unchanged for a lease: no sooner (the takeover would
+    // overlap a live holder), and soon after (a scan interval or two).
+    assert!(moved >= LEASE, "taken over after {moved:?}, before a lease ({LEASE:?}) ran out");
+    assert!(moved <= LEASE + Duration::from_secs(2), "taken over {moved:?} after the cut");
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_scans_take_a_cut_off_workers_shards_after_one_lease() {
+    a_cut_off_workers_shards_move_after_one_lease(ScanMode::Full).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn segmented_scans_take_a_cut_off_workers_shards_after_one_lease() {
+    a_cut_off_workers_shards_move_after_one_lease(SEGMENTED).await;
+}
+
+async fn shutdown_hands_every_lease_over_at_once(scan: ScanMode) {
+    let mut group = Group::new(StandInShards::open(6));
+    group.start("w1", settings(scan));
+    group.start("w2", settings(scan));
+    group.until_held(&[("w1", 3), ("w2", 3)], Duration::from_secs(20)).await;
+    let stopped = Instant::now();
+    group.stop("w1").await;
+    let moved = group.until_held(&[("w2", 6)], Duration::from_secs(10)).await + stopped.elapsed();
+    // Released, not expired: the peer takes the rows long before a lease could run out.
+    assert!(moved < LEASE / 2, "held elsewhere {moved:?} after SIGTERM");
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_scans_hand_every_lease_over_at_shutdown() {
+    shutdown_hands_every_lease_over_at_once(ScanMode::Full).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn segmented_scans_hand_every_lease_over_at_shutdown() {
+    shutdown_hands_every_lease_over_at_once(SEGMENTED).await;
+}
+
+async fn a_child_is_read_only_after_its_parents_ended(scan: ScanMode) {
+    let mut shards = StandInShards::open(2);
+    shards.shards.push(("parent-a".into(), vec![]));
+    shards.shards.push(("parent-b".into(), vec![]));
+    shards.shards.push(("child".into(), vec!["parent-a".into(), "parent-b".into()]));
+    shards.ending = ["parent-a".to_string(), "parent-b".to_string()].into();
+    let mut group = Group::new(shards);
+    group.start("w1", settings(scan));
+    group.start("w2", settings(scan));
+    // Three open shards in the end (two plus the child) split 2/1.
+    group
+        .until("the open shards split 2/1", Duration::from_secs(30), |holders| {
+            holders.values().sum::<usize>() == 3 && holders.len() == 2
+        })
+        .await;
+    let readings = group.shards.readings();
+    let at = |shard: &str| readings.iter().position(|r| r.shard == shard).expect("read");
+    assert!(at("child") > at("parent-a") && at("child") > at("parent-b"), "child after its parents: {readings:?}");
+    assert_eq!(readings.iter().filter(|r| r.shard.starts_with("parent")).count(), 2, "each parent read once");
+    let store = group.onlooker();
+    for parent in ["parent-a", "parent-b"] {
+        let row = store.get(&LeaseKey::new(STREAM, parent)).await.expect("read").expect("row");
+        assert!(row.checkpoint.is_shard_end() && row.owner.is_none(), "{parent}: {row:?}");
+    }
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_scans_read_a_child_only_after_its_parents_ended() {
+    a_child_is_read_only_after_its_parents_ended(ScanMode::Full).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn segmented_scans_read_a_child_only_after_its_parents_ended() {
+    a_child_is_read_only_after_its_parents_ended(SEGMENTED).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn manual_assignment_runs_exactly_the_assigned_shards_without_membership() {
+    let mut group = Group::new(StandInShards::open(4));
+    let assigned = |shards: &[&str]| CoordinatorSettings {
+        assigned: Some(shards.iter().map(|s| LeaseKey::new(STREAM, *s)).collect()),
+        ..settings(SEGMENTED)
+    };
+    group.start("w1", assigned(&["shard-00"]));
+    group.start("w2", assigned(&["shard-01", "shard-02", "shard-03"]));
+    group.until_held(&[("w1", 1), ("w2", 3)], Duration::from_secs(10)).await;
+    // Nobody balances: over many scans the split stays as assigned.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    group.until_held(&[("w1", 1), ("w2", 3)], Duration::ZERO).await;
+    let store = group.onlooker();
+    let page = store.list().await.expect("read");
+    assert!(page.members.is_empty(), "no membership rows: {:?}", page.members);
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_segmented_group_at_rest_reads_the_whole_table_rarely() {
+    let quiet = || CoordinatorSettings { shard_sync_interval: Duration::from_secs(10), ..settings(SEGMENTED) };
+    let mut group = Group::new(StandInShards::open(12));
+    for owner in ["w1", "w2", "w3"] {
+        group.start(owner, quiet());
+    }
+    group.until_held(&[("w1", 4), ("w2", 4), ("w3", 4)], Duration::from_secs(30)).await;
+    let whole_reads =
+        |group: &Group| -> u64 { group.workers.values().map(|w| w.store.whole_reads.load(Ordering::SeqCst)).sum() };
+    let before = whole_reads(&group);
+    let minute = Duration::from_secs(60);
+    tokio::time::sleep(minute).await;
+    let read = whole_reads(&group) - before;
+    // With full scans each worker reads it every scan interval: 3 x 120 a minute. Segmented, each reads
+    // it once every max(shardSyncInterval, 4 x scanInterval x workers) = 10 s, and the term holder for
+    // its shard syncs (every 10 s): about 24 a minute, a fifteenth.
+    let full = 3 * (minute.as_millis() / settings(SEGMENTED).scan_interval.as_millis()) as u64;
+    assert!(read <= full / 10, "{read} whole reads a minute at rest (full scans: {full})");
+    group.until_held(&[("w1", 4), ("w2", 4), ("w3", 4)], Duration::ZERO).await;
+    group.stop_all().await;
+}

@@ -123,6 +123,7 @@ impl Coordinator {
             }
         }
         self.metrics().leases_held.set(0);
+        self.release_handed_unread().await;
         // Each send is bounded by its own timeout.
         sending.join_all().await;
         if left_first {
@@ -141,6 +142,24 @@ impl Coordinator {
             tracing::warn!(error = %e, "could not remove the membership row; it expires on its own");
         }
         tracing::info!("worker stopped");
+    }
+
+    /// Releases rows handed to this worker after its requests that it had not started reading: a
+    /// worker stopped right after a handoff (a rolling deploy's new pod, stopped again) must not leave
+    /// them to expire. One read per pending request.
+    async fn release_handed_unread(&mut self) {
+        let pending: Vec<LeaseKey> =
+            self.requested.keys().filter(|key| !self.running.contains_key(*key)).cloned().collect();
+        for key in pending {
+            let Ok(Some(row)) = self.store.get(&key).await else { continue };
+            if !row.is_held_by(self.owner()) {
+                continue;
+            }
+            match self.store.release(&row, None).await {
+                Ok(_) => tracing::info!(shard = %key, "lease handed over to this worker released unread"),
+                Err(e) => tracing::debug!(shard = %key, error = %e, "lease handed over not released; it expires"),
+            }
+        }
     }
 }
 

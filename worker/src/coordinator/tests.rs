@@ -567,3 +567,37 @@ async fn a_segmented_group_at_rest_reads_the_whole_table_rarely() {
     group.until_held(&[("w1", 4), ("w2", 4), ("w3", 4)], Duration::ZERO).await;
     group.stop_all().await;
 }
+
+async fn a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(scan: ScanMode) {
+    let mut group = Group::new(StandInShards::open(6));
+    group.start("w1", settings(scan));
+    group.until_held(&[("w1", 6)], Duration::from_secs(10)).await;
+    group.start("w2", settings(scan));
+    // The moment a row names w2 as its holder (handed over by w1) before w2 reads it.
+    let onlooker = group.onlooker();
+    let started = Instant::now();
+    loop {
+        let page = onlooker.list().await.expect("read");
+        let handed = page.leases.iter().filter(|l| l.is_held_by("w2")).count();
+        if handed > group.holders().get("w2").copied().unwrap_or(0) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "no row handed to w2");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = Instant::now();
+    group.stop("w2").await;
+    let moved = group.until_held(&[("w1", 6)], Duration::from_secs(10)).await + stopped.elapsed();
+    assert!(moved < LEASE / 2, "w1 read every shard again {moved:?} after w2 stopped");
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_scans_get_back_rows_handed_to_a_worker_that_stopped_before_reading_them() {
+    a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(ScanMode::Full).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn segmented_scans_get_back_rows_handed_to_a_worker_that_stopped_before_reading_them() {
+    a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(SEGMENTED).await;
+}

@@ -1,7 +1,7 @@
 //! Where a group's shards come from and how a held one is read: the seam between the coordinator's
 //! decisions and Kinesis. The coordinator sees only [`ShardSource`], so its decisions (taking,
 //! balancing, handing over, failing over, the segmented scan's whole reads and terms) are tested over
-//! the memory store with a paused clock and a stand-in source (`tests.rs`), with no emulator and no
+//! the memory store with a paused clock and a stand-in source (`tests/`), with no emulator and no
 //! process.
 
 use std::time::Duration;

@@ -165,6 +165,7 @@ async fn a_cut_off_workers_shards_move_after_one_lease(scan: ScanMode) {
     group.until_held(&[("w1", 4), ("w2", 4), ("w3", 4)], Duration::from_secs(30)).await;
     group.cut("w2");
     let moved = group.until_held(&[("w1", 6), ("w2", 0), ("w3", 6)], Duration::from_secs(30)).await;
+    println!("cut off: shards held elsewhere {moved:?} after the cut (lease {LEASE:?})");
     // Expiry is judged on the counter seen unchanged for a lease: no sooner (the takeover would
     // overlap a live holder), and soon after (a scan interval or two).
     assert!(moved >= LEASE, "taken over after {moved:?}, before a lease ({LEASE:?}) ran out");
@@ -190,6 +191,7 @@ async fn shutdown_hands_every_lease_over_at_once(scan: ScanMode) {
     let stopped = Instant::now();
     group.stop("w1").await;
     let moved = group.until_held(&[("w2", 6)], Duration::from_secs(10)).await + stopped.elapsed();
+    println!("SIGTERM: shards held elsewhere {moved:?} after the stop");
     // Released, not expired: the peer takes the rows long before a lease could run out.
     assert!(moved < LEASE / 2, "held elsewhere {moved:?} after SIGTERM");
     group.stop_all().await;
@@ -304,6 +306,7 @@ async fn a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(sca
     let stopped = Instant::now();
     group.stop("w2").await;
     let moved = group.until_held(&[("w1", 6)], Duration::from_secs(10)).await + stopped.elapsed();
+    println!("stopped after a handoff: shards read again {moved:?} after the stop");
     assert!(moved < LEASE / 2, "w1 read every shard again {moved:?} after w2 stopped");
     group.stop_all().await;
 }

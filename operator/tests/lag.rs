@@ -513,9 +513,9 @@ fn replica_steps(samples: &[Sample]) -> Vec<(i32, Duration)> {
 }
 
 /// Every value `spec.replicas` of the Deployment `name` takes, in order, with when the watch saw it. A
-/// watch misses no write, where polling can: the operator spaces steps by the times it keeps in
-/// `status.lagScaling`, which Kubernetes stores in whole seconds, so with a 1 s `scaleUpAfter` two steps
-/// can be written well under a second apart (0.18-0.6 s seen), and a poll can miss the middle one.
+/// watch misses no write, where polling can: with a 1 s `scaleUpAfter` two steps come about a second
+/// apart (0.18-0.6 s were seen while the operator's stamps in `status.lagScaling` lost their fraction of
+/// a second to the API server, before it rounded them up), and a busy machine can stall a poll that long.
 fn watch_replicas(ns: &TestNamespace, name: &str) -> std::sync::Arc<std::sync::Mutex<Vec<(Instant, i32)>>> {
     use futures::StreamExt;
     use kube::runtime::WatchStreamExt;

@@ -59,6 +59,14 @@ fn elapsed_ms(since: &Time, now: Timestamp) -> i64 {
     (now.as_millisecond() - since.0.as_millisecond()).max(0)
 }
 
+/// `now` as kept in the status: rounded up to the whole second, since the API server keeps whole seconds
+/// of a `Time` and would otherwise round it down, ending every window up to a second early.
+fn stamp(now: Timestamp) -> Time {
+    const SECOND_NS: i128 = 1_000_000_000;
+    let up = (now.as_nanosecond() + SECOND_NS - 1).div_euclid(SECOND_NS) * SECOND_NS;
+    Time(Timestamp::from_nanosecond(up).unwrap_or(now))
+}
+
 fn reached(since: Option<&Time>, now: Timestamp, wait: Duration) -> bool {
     since.is_some_and(|t| elapsed_ms(t, now) >= i64::try_from(wait.as_millis()).unwrap_or(i64::MAX))
 }
@@ -80,7 +88,7 @@ pub fn decide(target: &LagTarget, previous: &LagScalingStatus, observed: &Observ
         Band::Unknown => {}
         Band::Above(lag) => {
             state.below_half_since = None;
-            let above_since = state.above_target_since.get_or_insert(Time(now)).clone();
+            let above_since = state.above_target_since.get_or_insert_with(|| stamp(now)).clone();
             // Each step waits a whole scaleUpAfter, counted from the crossing or from the last step.
             let window_start = match &state.last_step_at {
                 Some(step) if step.0 > above_since.0 => step.clone(),
@@ -88,7 +96,7 @@ pub fn decide(target: &LagTarget, previous: &LagScalingStatus, observed: &Observ
             };
             if state.extra_replicas < room && reached(Some(&window_start), now, target.scale_up_after) {
                 state.extra_replicas += 1;
-                state.last_step_at = Some(Time(now));
+                state.last_step_at = Some(stamp(now));
                 why = Some(format!(
                     "lag {} above target {} for {}: one more worker ({} by shard count + {} for lag)",
                     human(lag),
@@ -105,7 +113,7 @@ pub fn decide(target: &LagTarget, previous: &LagScalingStatus, observed: &Observ
         }
         Band::UnderHalf(lag) => {
             state.above_target_since = None;
-            let since = state.below_half_since.get_or_insert(Time(now)).clone();
+            let since = state.below_half_since.get_or_insert_with(|| stamp(now)).clone();
             if state.extra_replicas > 0 && reached(Some(&since), now, target.scale_down_after) {
                 why = Some(format!(
                     "lag {} under half the target {} for {}: back to the shard-count rule ({} workers, {} fewer)",

@@ -124,3 +124,41 @@ fn fewer_open_shards_take_the_extra_workers_with_them() {
     let decision = decide(&target(), &previous, &merged);
     assert_eq!((decision.replicas, decision.state.extra_replicas), (3, 1));
 }
+
+/// The state as the API server gives it back: `Time` keeps whole seconds.
+fn through_the_api_server(state: &LagScalingStatus) -> LagScalingStatus {
+    serde_json::from_value(serde_json::to_value(state).unwrap()).unwrap()
+}
+
+#[test]
+fn no_window_ends_early_when_the_api_server_keeps_whole_seconds() {
+    let target =
+        LagTarget { scale_up_after: Duration::from_secs(1), scale_down_after: Duration::from_secs(3), ..target() };
+    let ms = |ms: i64| Timestamp::from_millisecond(T0_MS + ms).unwrap();
+    let look = |state: &LagScalingStatus, at_ms: i64, lag_secs: u64| {
+        let observed = Observed { now: ms(at_ms), ..observed(0, Some(lag_secs)) };
+        let decision = decide(&target, state, &observed);
+        (decision.replicas, through_the_api_server(&decision.state))
+    };
+    // Above target from 0.6 s: no step before 1.6 s, whatever the API server did to the stamp.
+    let (_, mut state) = look(&LagScalingStatus::default(), 600, 90);
+    for at in (700..1_600).step_by(100) {
+        let (replicas, next) = look(&state, at, 90);
+        assert_eq!(replicas, 2, "stepped {} ms after the crossing", at - 600);
+        state = next;
+    }
+    let (replicas, stepped) = look(&state, 2_000, 90);
+    assert_eq!(replicas, 3, "one step once a whole scaleUpAfter passed");
+    // The next step waits a whole scaleUpAfter from this one, too.
+    let (replicas, _) = look(&stepped, 2_900, 90);
+    assert_eq!(replicas, 3, "a second step 0.9 s after the first");
+    // Under half from 5.3 s: still 3 workers until 8.3 s.
+    let (_, mut state) = look(&stepped, 5_300, 0);
+    for at in (5_400..8_300).step_by(100) {
+        let (replicas, next) = look(&state, at, 0);
+        assert_eq!(replicas, 3, "fell back {} ms after the lag went under half", at - 5_300);
+        state = next;
+    }
+    let (replicas, _) = look(&state, 9_000, 0);
+    assert_eq!(replicas, 2, "back to the shard-count rule after scaleDownAfter");
+}

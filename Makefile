@@ -11,11 +11,13 @@ GROUND := tests/ground
 ## lints, all tests (the real-pod tests included, and the import from the real Java KCL).
 test: emulators moto control-plane faketime prometheus kcl-java lint test-images node
 	$(GROUND)/images.sh check
-	cargo test --workspace --no-fail-fast --features leasehold-operator/real-node
+	cargo test --locked --workspace --no-fail-fast --features leasehold-operator/real-node
 
+## Formatting, clippy, and cargo-deny on licences, bans and sources (deny.toml; offline).
 lint:
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	cargo clippy --locked --workspace --all-targets -- -D warnings
+	$(GROUND)/deny.sh check
 
 emulators:
 	$(GROUND)/emulators.sh start
@@ -46,14 +48,14 @@ faketime:
 ## The chaos suite alone, seeded: LEASEHOLD_CHAOS_SEED=<seed> replays a round, LEASEHOLD_CHAOS_ROUNDS=<n>
 ## and LEASEHOLD_CHAOS_SECONDS=<s> (per round) size the run; docs/testing.md, "The chaos suite".
 chaos: emulators faketime
-	cargo test -p leasehold-worker --test chaos -- --nocapture
+	cargo test --locked -p leasehold-worker --test chaos -- --nocapture
 
 ## The chaos suite as a soak: one round of the whole nemesis mix (LEASEHOLD_CHAOS_SECONDS, default
 ## 30 minutes) at 1 record/s per shard, every worker's RSS and fds sampled, two long-lived stayers'
 ## growth bounded, and the checker's rules; docs/testing.md, "Soak of the chaos mix".
 soak-chaos: emulators faketime
 	LEASEHOLD_CHAOS_SOAK=1 LEASEHOLD_CHAOS_SECONDS=$${LEASEHOLD_CHAOS_SECONDS:-1800} \
-	  cargo test -p leasehold-worker --test chaos -- --nocapture seeded_nemesis_rounds_break_no_rule
+	  cargo test --locked -p leasehold-worker --test chaos -- --nocapture seeded_nemesis_rounds_break_no_rule
 
 emulators-stop:
 	$(GROUND)/emulators.sh stop
@@ -88,25 +90,25 @@ test-images:
 
 ## Benchmarks (release build) against the emulators; prints markdown for docs/benchmarks.md.
 bench: emulators control-plane
-	cargo bench -p leasehold-worker --bench lease_store
-	cargo bench -p leasehold-worker --bench runtime
-	cargo bench -p leasehold-worker --bench processors
-	cargo bench -p leasehold-worker --bench dispatch
-	cargo bench -p leasehold-worker --bench scale
-	cargo bench -p leasehold-operator --bench consumers
-	cargo bench -p leasehold-operator --bench lag
+	cargo bench --locked -p leasehold-worker --bench lease_store
+	cargo bench --locked -p leasehold-worker --bench runtime
+	cargo bench --locked -p leasehold-worker --bench processors
+	cargo bench --locked -p leasehold-worker --bench dispatch
+	cargo bench --locked -p leasehold-worker --bench scale
+	cargo bench --locked -p leasehold-operator --bench consumers
+	cargo bench --locked -p leasehold-operator --bench lag
 	$(MAKE) bench-kcl
 
 ## 30 minutes of churn (kill -9, SIGTERM, restarts), DynamoDB throttling and resharding at 1 record/s
 ## per shard; memory and file descriptors of the workers that stay up must stay bounded.
 soak: emulators
-	LEASEHOLD_SOAK_SECS=$${LEASEHOLD_SOAK_SECS:-1800} cargo test -p leasehold-worker --test soak -- --nocapture
+	LEASEHOLD_SOAK_SECS=$${LEASEHOLD_SOAK_SECS:-1800} cargo test --locked -p leasehold-worker --test soak -- --nocapture
 
 ## The tests on a real node (kubelet + containerd in a network namespace) with the project's own images:
 ## worker pods and the chart's operator pods run for real; the same tests `make test` runs among the others.
 test-node: emulators control-plane test-images node
 	$(GROUND)/images.sh check
-	cargo test -p leasehold-operator --features real-node --test node_e2e --test node_chart --test node_scaling
+	cargo test --locked -p leasehold-operator --features real-node --test node_e2e --test node_chart --test node_scaling
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
 ## CPU and memory on the same backlog, then failover after kill -9 (3 trials each).
@@ -118,24 +120,24 @@ bench-kcl: emulators
 ## the operator; apply a consumer, records through real worker pods, delete a pod and kill a container and
 ## watch their shards move, delete, clean up.
 demo: emulators control-plane test-images node
-	cargo build -q -p leasehold-operator --bin leasehold-operator --example node_demo
+	cargo build --locked -q -p leasehold-operator --bin leasehold-operator --example node_demo
 	LEASEHOLD_OPERATOR_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-operator $(CARGO_TARGET_DIR)/debug/examples/node_demo
 
 ## The same loop without a node (no root needed): worker pods run as processes by a stand-in kubelet.
 demo-local: emulators control-plane
-	cargo build -q -p leasehold-worker --bin leasehold-worker
-	cargo build -q -p leasehold-operator --bin leasehold-operator --example demo
+	cargo build --locked -q -p leasehold-worker --bin leasehold-worker
+	cargo build --locked -q -p leasehold-operator --bin leasehold-operator --example demo
 	LEASEHOLD_OPERATOR_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-operator $(CARGO_TARGET_DIR)/debug/examples/demo
 
 ## The workers alone (no Kubernetes): three processes share a stream; one killed, one shut down.
 demo-workers: emulators
-	cargo build -q -p leasehold-worker --bin leasehold-worker --example workers_demo
+	cargo build --locked -q -p leasehold-worker --bin leasehold-worker --example workers_demo
 	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/workers_demo
 
 ## The `leasehold` CLI and its kubectl plugin `kubectl-leasehold` (release build); copy both onto PATH
 ## (`kubectl leasehold ...`), or install through krew with cli/krew/leasehold.yaml.
 cli:
-	cargo build --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
+	cargo build --locked --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
 	@echo "built $(CARGO_TARGET_DIR)/release/leasehold and $(CARGO_TARGET_DIR)/release/kubectl-leasehold"
 
 ## A JDK and Maven (Debian's packages, when missing) and the Java KCL's jars (Maven Central, into the cache).
@@ -150,9 +152,9 @@ test-kcl-import: emulators kcl-java
 
 ## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
 crds:
-	cargo run -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
+	cargo run --locked -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
 	cp crds/streamconsumer.yaml charts/leasehold/crds/streamconsumer.yaml
-	cargo run -q -p leasehold-crds --bin crdgen -- --reference > docs/reference.md
+	cargo run --locked -q -p leasehold-crds --bin crdgen -- --reference > docs/reference.md
 
 ## Release binaries linked statically, with their sizes (what can be checked of the images here).
 check-binaries:

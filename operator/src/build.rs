@@ -86,6 +86,10 @@ pub fn workers_name(consumer: &StreamConsumer) -> String {
     format!("{}-workers", consumer.name_any())
 }
 
+/// The label selector of every object the operator makes (Deployments, ConfigMaps): its watches see only
+/// those, not every Deployment and ConfigMap of the cluster.
+pub const OWNED_SELECTOR: &str = "app.kubernetes.io/managed-by=leasehold-operator";
+
 /// Labels on every worker pod of `consumer`.
 pub fn worker_labels(consumer: &StreamConsumer) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -172,15 +176,24 @@ fn runtime_default_seccomp() -> SeccompProfile {
     SeccompProfile { type_: "RuntimeDefault".into(), ..SeccompProfile::default() }
 }
 
-fn restricted_container_security() -> SecurityContext {
-    SecurityContext {
-        allow_privilege_escalation: Some(false),
-        read_only_root_filesystem: Some(true),
-        run_as_non_root: Some(true),
-        capabilities: Some(Capabilities { drop: Some(vec!["ALL".into()]), ..Capabilities::default() }),
-        seccomp_profile: Some(runtime_default_seccomp()),
-        ..SecurityContext::default()
-    }
+/// The template's container security settings over the restricted defaults, field by field: what the
+/// template sets wins, every field it leaves out keeps the restricted default (Pod Security `restricted`).
+fn restricted_container_security(template: Option<SecurityContext>) -> SecurityContext {
+    let mut security = template.unwrap_or_default();
+    security.allow_privilege_escalation.get_or_insert(false);
+    security.read_only_root_filesystem.get_or_insert(true);
+    security.run_as_non_root.get_or_insert(true);
+    security.capabilities.get_or_insert_with(Capabilities::default).drop.get_or_insert_with(|| vec!["ALL".into()]);
+    security.seccomp_profile.get_or_insert_with(runtime_default_seccomp);
+    security
+}
+
+/// The template's pod security settings over the restricted defaults, field by field.
+fn restricted_pod_security(template: Option<PodSecurityContext>) -> PodSecurityContext {
+    let mut security = template.unwrap_or_default();
+    security.run_as_non_root.get_or_insert(true);
+    security.seccomp_profile.get_or_insert_with(runtime_default_seccomp);
+    security
 }
 
 /// An environment variable holding a field of the pod (the downward API).
@@ -220,9 +233,7 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
         ..VolumeMount::default()
     });
     container.volume_mounts = Some(mounts);
-    if container.security_context.is_none() {
-        container.security_context = Some(restricted_container_security());
-    }
+    container.security_context = Some(restricted_container_security(container.security_context.take()));
     // The worker serves /metrics, /healthz and /readyz on 9090 by default.
     let mut ports = container.ports.take().unwrap_or_default();
     if !ports.iter().any(|p| p.name.as_deref() == Some("metrics")) {
@@ -277,13 +288,7 @@ pub fn deployment(
     if pod.automount_service_account_token.is_none() {
         pod.automount_service_account_token = Some(false);
     }
-    if pod.security_context.is_none() {
-        pod.security_context = Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            seccomp_profile: Some(runtime_default_seccomp()),
-            ..PodSecurityContext::default()
-        });
-    }
+    pod.security_context = Some(restricted_pod_security(pod.security_context.take()));
     // Leases move gracefully on SIGTERM; the kubelet must not kill the worker while it drains.
     pod.termination_grace_period_seconds.get_or_insert(grace_seconds);
     Deployment {
@@ -420,6 +425,28 @@ mod tests {
         assert!(pod.containers[0].resources.is_some());
         assert_eq!(pod.containers[1].name, "sidecar");
         assert_eq!(template.metadata.as_ref().unwrap().labels.as_ref().unwrap()["team"], "payments");
+    }
+
+    #[test]
+    fn template_security_merges_field_by_field_with_the_restricted_defaults() {
+        let c = consumer(&format!(
+            "{BASE}template:\n  spec:\n    securityContext: {{runAsUser: 1000}}\n    containers:\n    \
+             - {{name: worker, securityContext: {{runAsUser: 1000, readOnlyRootFilesystem: false, capabilities: {{add: [NET_BIND_SERVICE]}}}}}}\n"
+        ));
+        let d = deployment(&c, 1, "leasehold/worker:1", "abc", 10);
+        let pod = d.spec.unwrap().template.spec.unwrap();
+        let pod_security = pod.security_context.unwrap();
+        assert_eq!((pod_security.run_as_user, pod_security.run_as_non_root), (Some(1000), Some(true)));
+        assert_eq!(pod_security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let security = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(security.run_as_user, Some(1000), "the template's field is kept");
+        assert_eq!(security.read_only_root_filesystem, Some(false), "a field the template sets wins");
+        assert_eq!(security.allow_privilege_escalation, Some(false), "a field it leaves out keeps the default");
+        assert_eq!(security.run_as_non_root, Some(true));
+        let capabilities = security.capabilities.unwrap();
+        assert_eq!(capabilities.add, Some(vec!["NET_BIND_SERVICE".to_string()]));
+        assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
     }
 
     #[test]

@@ -23,6 +23,8 @@ pub struct Settings {
     pub shard_poll_interval: Duration,
     /// Fixed AWS credentials (access key, secret) instead of the default chain: for emulators and tests.
     pub static_credentials: Option<(String, String)>,
+    /// Refuse pod templates that ask for host access or privilege (`--restrict-templates`).
+    pub restrict_templates: bool,
 }
 
 /// Shared state of the controller.

@@ -18,6 +18,7 @@ use leasehold_crds::{DeletionPolicy, StreamConsumer};
 use tokio_util::sync::CancellationToken;
 
 use crate::FINALIZER;
+use crate::build::OWNED_SELECTOR;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pipeline;
@@ -38,8 +39,8 @@ pub async fn run(ctx: Arc<Context>, namespace: Option<String>, shutdown: Cancell
         None => (Api::all(client.clone()), Api::all(client.clone()), Api::all(client)),
     };
     let controller = Controller::new(consumers, watcher::Config::default().any_semantic())
-        .owns(deployments, watcher::Config::default())
-        .owns(config_maps, watcher::Config::default());
+        .owns(deployments, watcher::Config::default().labels(OWNED_SELECTOR))
+        .owns(config_maps, watcher::Config::default().labels(OWNED_SELECTOR));
     let store = controller.store();
     let readiness = ctx.readiness.clone();
     let synced = tokio::spawn(async move {
@@ -111,7 +112,7 @@ pub fn error_policy(consumer: Arc<StreamConsumer>, error: &Error, ctx: Arc<Conte
         tracing::debug!(consumer = %name, kind, failures = retry.failures, delay = ?retry.delay, error = %error, "reconcile failed again");
     }
     match error {
-        Error::InvalidSpec(_) => Action::await_change(),
+        Error::InvalidSpec(_) | Error::TemplateRefused(_) => Action::await_change(),
         Error::StreamNotFound(_) | Error::Stream(_) => Action::requeue(retry.delay.min(ctx.shards.interval())),
         _ => Action::requeue(retry.delay),
     }

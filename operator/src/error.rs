@@ -12,6 +12,9 @@ pub enum Error {
     /// validate: the spec breaks rules the worker checks (the API server should have refused it).
     #[error("invalid spec: {}", .0.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "))]
     InvalidSpec(Vec<FieldError>),
+    /// validate: restricted templates are on and the pod template asks for host access or privilege.
+    #[error("pod template refused (restricted templates): {}", .0.join("; "))]
+    TemplateRefused(Vec<String>),
     /// ensure table: a DynamoDB call on the lease table failed (also when deleting it).
     #[error("lease table {table}: {message}")]
     Table {
@@ -66,7 +69,7 @@ impl Error {
     /// The stage that failed, as the `kind` label of `leasehold_operator_reconcile_failures_total`.
     pub fn kind(&self) -> &'static str {
         match self {
-            Error::InvalidSpec(_) => "validate",
+            Error::InvalidSpec(_) | Error::TemplateRefused(_) => "validate",
             Error::Table { .. } => "table",
             Error::StreamNotFound(_) | Error::Stream(_) => "observe",
             Error::StreamConsumer { .. } | Error::Record(_) | Error::WorkersRunning(_) => "consumer",
@@ -82,6 +85,7 @@ impl Error {
     pub fn reason(&self) -> &'static str {
         match self {
             Error::InvalidSpec(_) => "InvalidSpec",
+            Error::TemplateRefused(_) => "TemplateRefused",
             Error::Table { .. } => "TableError",
             Error::StreamNotFound(_) => "StreamNotFound",
             Error::Stream(_) => "StreamError",
@@ -99,6 +103,9 @@ impl Error {
     pub fn message(&self) -> String {
         match self {
             Error::InvalidSpec(errors) => errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; "),
+            Error::TemplateRefused(refused) => {
+                format!("restricted templates refuse {} (the operator's --restrict-templates)", refused.join("; "))
+            }
             Error::Table { table, message } => format!("lease table {table}: {message}"),
             Error::Stream(message) => message.clone(),
             other => other.to_string(),

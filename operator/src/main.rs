@@ -38,6 +38,10 @@ struct Args {
     /// How often stream shard counts are polled.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     shard_poll_interval: Duration,
+    /// Refuse pod templates that ask for hostNetwork, hostPID, hostIPC, hostPath volumes or privileged
+    /// containers (status condition `TemplateRefused`); off by default, as a Deployment would take them.
+    #[arg(long, env = "LEASEHOLD_RESTRICT_TEMPLATES")]
+    restrict_templates: bool,
 }
 
 const CRD_NAME: &str = "streamconsumers.leasehold.io";
@@ -79,6 +83,7 @@ async fn main() -> ExitCode {
         worker_image: args.worker_image,
         shard_poll_interval: args.shard_poll_interval,
         static_credentials: None,
+        restrict_templates: args.restrict_templates,
     };
     let ctx = Arc::new(Context::new(client, settings, Metrics::default()));
     let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {

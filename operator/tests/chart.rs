@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
 use kube::config::{AuthInfo, Kubeconfig};
+use serde::Deserialize;
 use serde_json::json;
 use support::{aws, wait};
 
@@ -61,30 +62,88 @@ fn the_chart_lints_and_renders_and_its_crd_matches_the_types() {
         .output()
         .unwrap();
     assert!(!refused.status.success(), "values.schema.json must refuse replicas 0");
+    // With watchNamespace, nothing cluster-wide grants rights on workloads: the one ClusterRole reads the CRD.
+    let scoped = run(Command::new(tool("helm")).args([
+        "template",
+        "t",
+        &chart(),
+        "--kube-version",
+        "1.34.2",
+        "--set",
+        "watchNamespace=shop",
+    ]));
+    let kinds = |yaml: &str, kind: &str| -> Vec<serde_json::Value> {
+        serde_yaml_ng::Deserializer::from_str(yaml)
+            .filter_map(|doc| serde_json::Value::deserialize(doc).ok())
+            .filter(|doc| doc["kind"] == kind)
+            .collect()
+    };
+    let cluster_roles = kinds(&scoped, "ClusterRole");
+    assert_eq!(cluster_roles.len(), 1, "{cluster_roles:?}");
+    let cluster_resources: Vec<&serde_json::Value> =
+        cluster_roles[0]["rules"].as_array().unwrap().iter().flat_map(|r| r["resources"].as_array().unwrap()).collect();
+    assert_eq!(cluster_resources, vec![&json!("customresourcedefinitions")], "{cluster_roles:?}");
+    let roles = kinds(&scoped, "Role");
+    let workload_role = roles.iter().find(|r| r["metadata"]["namespace"] == "shop").expect("a Role in shop");
+    let resources: Vec<&serde_json::Value> =
+        workload_role["rules"].as_array().unwrap().iter().flat_map(|r| r["resources"].as_array().unwrap()).collect();
+    for resource in ["streamconsumers", "deployments", "configmaps", "events"] {
+        assert!(resources.contains(&&json!(resource)), "the Role grants {resource}: {resources:?}");
+    }
+    assert!(kinds(&scoped, "RoleBinding").iter().any(|b| b["metadata"]["namespace"] == "shop"));
+    // Without it, the ClusterRole carries the workload rules as before.
+    let everywhere = kinds(&one, "ClusterRole");
+    assert!(everywhere[0]["rules"].as_array().unwrap().len() > 1);
+    let restricted = run(Command::new(tool("helm")).args([
+        "template",
+        "t",
+        &chart(),
+        "--kube-version",
+        "1.34.2",
+        "--set",
+        "restrictTemplates=true",
+    ]));
+    assert!(restricted.contains("--restrict-templates") && !one.contains("--restrict-templates"));
     let committed = std::fs::read_to_string(format!("{}/crds/streamconsumer.yaml", chart())).unwrap();
     assert_eq!(committed, leasehold_crds::crd_yaml().unwrap(), "the chart's CRD drifted: run `make crds`");
 }
 
 #[tokio::test]
 async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
+    installs_and_runs_with_its_rbac(false).await;
+}
+
+#[tokio::test]
+async fn with_watch_namespace_the_operator_runs_on_a_role_alone() {
+    installs_and_runs_with_its_rbac(true).await;
+}
+
+/// Installs the chart (with `watchNamespace` set to the watched namespace when `scoped`), then runs the
+/// operator binary as the chart's ServiceAccount and checks it deploys workers and writes status.
+async fn installs_and_runs_with_its_rbac(scoped: bool) {
     let client = support::client().await;
     support::install_crd(&client).await;
     let release_ns = support::create_namespace(&client, "chart", true).await;
-    let release = format!("lh{}", std::process::id());
-    run(Command::new(tool("helm")).args([
-        "install",
-        &release,
-        &chart(),
-        "--namespace",
-        &release_ns,
-        "--kubeconfig",
-        &kubeconfig(),
-        "--wait=false",
+    let release = format!("lh{}{}", std::process::id(), if scoped { "s" } else { "" });
+    let watched = support::create_namespace(&client, "chart-app", false).await;
+    let mut install = vec![
+        "install".to_string(),
+        release.clone(),
+        chart(),
+        "--namespace".into(),
+        release_ns.clone(),
+        "--kubeconfig".into(),
+        kubeconfig(),
+        "--wait=false".into(),
         // The pod is only admitted here (node_chart.rs runs it): unschedulable, so the real node never runs
         // an operator that watches every namespace beside the other tests' operators.
-        "--set",
-        "nodeSelector.leasehold\\.io/stand-in=unschedulable",
-    ]));
+        "--set".into(),
+        "nodeSelector.leasehold\\.io/stand-in=unschedulable".into(),
+    ];
+    if scoped {
+        install.extend(["--set".into(), format!("watchNamespace={watched}")]);
+    }
+    run(Command::new(tool("helm")).args(&install));
 
     // The operator's pod is admitted under the restricted standard.
     let pods = Api::<Pod>::namespaced(client.clone(), &release_ns);
@@ -114,7 +173,6 @@ async fn the_chart_installs_and_the_operator_runs_with_its_rbac() {
     let sa_kubeconfig = std::env::temp_dir().join(format!("{release}-kubeconfig"));
     std::fs::write(&sa_kubeconfig, serde_yaml_ng::to_string(&config).unwrap()).unwrap();
 
-    let watched = support::create_namespace(&client, "chart-app", false).await;
     let mut operator = support::spawn_operator(
         std::path::Path::new(env!("CARGO_BIN_EXE_leasehold-operator")),
         &watched,

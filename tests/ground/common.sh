@@ -41,3 +41,24 @@ node_network() {
   export NODE_INDEX NODE_NETNS NODE_HOST_IF NODE_IF NODE_HOST_IP NODE_IP NODE_NAME
 }
 node_network
+
+# Prints the python of a venv in the cache made from a committed requirements file
+# (tests/ground/python/<name>.txt): every package pinned, its dependencies too (a pip freeze of a working
+# install), so a fresh machine installs what the tests ran. A changed file makes a new venv beside the
+# old one, which a running server may still be using.
+pinned_venv() {
+  local name="$1" req venv
+  req="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/python/$name.txt"
+  [ -f "$req" ] || die "no requirements file $req"
+  venv="$LEASEHOLD_CACHE/venv/$name-$(cksum < "$req" | cut -d' ' -f1)"
+  if [ ! -f "$venv/.installed" ]; then
+    command -v python3 >/dev/null || die "python3 is not installed (apt-get install python3 python3-venv)"
+    log "installing tests/ground/python/$name.txt into $venv"
+    rm -rf "$venv"
+    python3 -m venv "$venv" >&2 || die "python3 -m venv failed (apt-get install python3-venv)"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps -r "$req" >&2 \
+      || die "pip install -r tests/ground/python/$name.txt failed"
+    touch "$venv/.installed"
+  fi
+  echo "$venv/bin/python"
+}

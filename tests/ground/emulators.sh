@@ -13,9 +13,8 @@
 # The endpoints are written to $LEASEHOLD_STATE/emulators.env, which the test support crate reads.
 source "$(dirname "$0")/common.sh"
 
-KINESALITE_VERSION=3.3.3
-DYNALITE_VERSION=4.0.0
-KINESIS_MOCK_VERSION=0.6.2
+# Versions: tests/ground/npm/*/package.json (kinesalite 3.3.3, dynalite 4.0.0, kinesis-local 0.6.2), locked.
+GROUND_NPM="$(cd "$(dirname "$0")" && pwd)/npm"
 NPM_DIR="$LEASEHOLD_CACHE/npm-emulators"
 KINESIS_MOCK_DIR="$LEASEHOLD_CACHE/npm-kinesis-mock"
 STATE_FILE="$LEASEHOLD_STATE/emulators.env"
@@ -27,29 +26,23 @@ need_node() {
   command -v npm >/dev/null || die "npm is not installed (apt-get install npm)"
 }
 
-install() {
+# Installs the packages of a committed lockfile (tests/ground/npm/<name>) into the cache with `npm ci`:
+# every transitive version and its integrity hash fixed, so a fresh machine runs what the tests ran.
+npm_ci() {
+  local name="$1" dir="$2" lock="$GROUND_NPM/$1/package-lock.json" stamp
   need_node
-  local stamp="$NPM_DIR/.installed-$KINESALITE_VERSION-$DYNALITE_VERSION"
+  stamp="$dir/.installed-$(cat "$GROUND_NPM/$name/package.json" "$lock" | cksum | cut -d' ' -f1)"
   if [ -f "$stamp" ]; then return 0; fi
-  log "installing kinesalite@$KINESALITE_VERSION and dynalite@$DYNALITE_VERSION into $NPM_DIR"
-  mkdir -p "$NPM_DIR"
-  (cd "$NPM_DIR" && [ -f package.json ] || echo '{"name":"leasehold-emulators","private":true}' > "$NPM_DIR/package.json")
-  npm install --prefix "$NPM_DIR" --no-audit --no-fund --loglevel=error \
-    "kinesalite@$KINESALITE_VERSION" "dynalite@$DYNALITE_VERSION" >&2
+  log "installing $name (tests/ground/npm/$name, npm ci) into $dir"
+  mkdir -p "$dir"
+  cp "$GROUND_NPM/$name/package.json" "$lock" "$dir/"
+  (cd "$dir" && npm ci --no-audit --no-fund --loglevel=error >&2) || die "npm ci of $name failed"
   touch "$stamp"
 }
 
-install_kinesis_mock() {
-  need_node
-  local stamp="$KINESIS_MOCK_DIR/.installed-$KINESIS_MOCK_VERSION"
-  if [ -f "$stamp" ]; then return 0; fi
-  log "installing kinesis-local@$KINESIS_MOCK_VERSION (kinesis-mock) into $KINESIS_MOCK_DIR"
-  mkdir -p "$KINESIS_MOCK_DIR"
-  [ -f "$KINESIS_MOCK_DIR/package.json" ] || echo '{"name":"leasehold-kinesis-mock","private":true}' > "$KINESIS_MOCK_DIR/package.json"
-  npm install --prefix "$KINESIS_MOCK_DIR" --no-audit --no-fund --loglevel=error \
-    "kinesis-local@$KINESIS_MOCK_VERSION" >&2
-  touch "$stamp"
-}
+install() { npm_ci emulators "$NPM_DIR"; }
+
+install_kinesis_mock() { npm_ci kinesis-mock "$KINESIS_MOCK_DIR"; }
 
 load_state() {
   [ -f "$STATE_FILE" ] || return 1

@@ -7,6 +7,19 @@ if ! command -v cargo >/dev/null; then
   [ -x "$HOME/.cargo/bin/cargo" ] && export PATH="$HOME/.cargo/bin:$PATH"
 fi
 command -v cargo >/dev/null || die "cargo is not installed; install Rust (rustup) first"
+# rust-toolchain.toml pins the toolchain. rustup would download a missing one, which these machines
+# cannot; when the installed stable is that very release, it is linked under the pinned name instead.
+pinned="$(sed -n 's/^channel = "\(.*\)"/\1/p' "$(dirname "$0")/../../rust-toolchain.toml")"
+if command -v rustup >/dev/null && ! (cd / && rustup toolchain list) | grep -q "^$pinned-"; then
+  stable_dir="$(cd / && rustc +stable --print sysroot 2>/dev/null || true)"
+  if [ -n "$stable_dir" ] && (cd / && rustc +stable --version) | grep -q "^rustc $pinned "; then
+    log "linking the installed stable ($pinned) as toolchain $pinned"
+    ln -s "$stable_dir" "$(dirname "$stable_dir")/$pinned-$(basename "$stable_dir" | sed 's/^stable-//')"
+  else
+    (cd / && rustup toolchain install "$pinned" --profile minimal -c rustfmt -c clippy) \
+      || die "toolchain $pinned (rust-toolchain.toml) is not installed and cannot be"
+  fi
+fi
 if command -v rustup >/dev/null; then
   rustup component list --installed 2>/dev/null | grep -q '^rustfmt' || rustup component add rustfmt
   rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy

@@ -9,14 +9,9 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 KCLPY="$("$HERE/kclpy.sh")"
 export KCLPY
 "$HERE/kcl-java.sh" install >/dev/null
-VENV="$LEASEHOLD_CACHE/bench-venv"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import boto3' 2>/dev/null; then
-  log "installing boto3 into $VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet boto3 >&2
-fi
+PY="$(pinned_venv aws)"   # boto3, pinned: tests/ground/python/aws.txt
 log "building the release worker"
-cargo build --quiet --release -p leasehold-worker --bin leasehold-worker
+cargo build --locked --quiet --release -p leasehold-worker --bin leasehold-worker
 export LEASEHOLD_WORKER_BIN="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target}/release/leasehold-worker"
 [ $# -gt 0 ] || set -- all --records 100000
-exec "$VENV/bin/python" "$HERE/kcl-bench.py" "$@"
+exec "$PY" "$HERE/kcl-bench.py" "$@"

@@ -11,20 +11,15 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 KCLPY="$("$HERE/kclpy.sh")"
 export KCLPY
 "$HERE/kcl-java.sh" install >/dev/null
-VENV="$LEASEHOLD_CACHE/kcl-import-venv"
-if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c 'import boto3, aws_kinesis_agg.aggregator' 2>/dev/null; then
-  log "installing boto3 and aws-kinesis-agg into $VENV"
-  python3 -m venv "$VENV"
-  "$VENV/bin/pip" install --quiet boto3 "aws-kinesis-agg==1.2.3" "protobuf==7.36.2" "six==1.17.0" >&2
-fi
+PY="$(pinned_venv aws)"   # boto3 and aws-kinesis-agg, pinned: tests/ground/python/aws.txt
 # The cargo test that runs this script (cli/tests/import_kcl_java.rs) passes the binaries it was built
 # with: a cargo build from inside `cargo test` would wait on the build directory's lock.
 if [ -z "${LEASEHOLD_BIN:-}" ] || [ -z "${LEASEHOLD_WORKER_BIN:-}" ]; then
   log "building leasehold and leasehold-worker"
-  cargo build --quiet -p leasehold-cli --bin leasehold -p leasehold-worker --bin leasehold-worker
+  cargo build --locked --quiet -p leasehold-cli --bin leasehold -p leasehold-worker --bin leasehold-worker
   TARGET="${CARGO_TARGET_DIR:-$LEASEHOLD_CACHE/target}/debug"
   export LEASEHOLD_BIN="$TARGET/leasehold" LEASEHOLD_WORKER_BIN="$TARGET/leasehold-worker"
 fi
 [ -x "$LEASEHOLD_BIN" ] || die "$LEASEHOLD_BIN is missing"
 [ -x "$LEASEHOLD_WORKER_BIN" ] || die "$LEASEHOLD_WORKER_BIN is missing"
-exec "$VENV/bin/python" "$HERE/kcl-import.py" "$@"
+exec "$PY" "$HERE/kcl-import.py" "$@"

@@ -6,19 +6,8 @@
 #
 #   tests/ground/kpl.sh            # install if needed (idempotent), print the python to run
 source "$(dirname "$0")/common.sh"
-AGG_VERSION=1.2.3
-PROTOBUF_VERSION=7.36.2
-SIX_VERSION=1.17.0
-VENV="$LEASEHOLD_CACHE/kpl-agg/venv-$AGG_VERSION"
-STAMP="$VENV/.installed-$AGG_VERSION-$PROTOBUF_VERSION-$SIX_VERSION"
-if [ ! -f "$STAMP" ]; then
-  command -v python3 >/dev/null || die "python3 is needed to make KPL aggregates (aws-kinesis-agg)"
-  log "installing aws-kinesis-agg==$AGG_VERSION into $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" >&2
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
-    "aws-kinesis-agg==$AGG_VERSION" "protobuf==$PROTOBUF_VERSION" "six==$SIX_VERSION" >&2
-  "$VENV/bin/python" -c 'import aws_kinesis_agg.aggregator' >&2 || die "aws-kinesis-agg does not import"
-  touch "$STAMP"
-fi
-echo "$VENV/bin/python"
+# aws-kinesis-agg 1.2.3 with protobuf and six (which it uses without declaring), pinned in
+# tests/ground/python/aws.txt.
+py="$(pinned_venv aws)"
+"$py" -c 'import aws_kinesis_agg.aggregator' >&2 || die "aws-kinesis-agg does not import"
+echo "$py"

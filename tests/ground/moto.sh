@@ -12,19 +12,10 @@
 # The endpoint is written to $LEASEHOLD_STATE/moto.env (LEASEHOLD_MOTO_ENDPOINT), which the tests read.
 source "$(dirname "$0")/common.sh"
 
-MOTO_VERSION=5.2.5
-VENV="$LEASEHOLD_CACHE/moto-venv"
+# moto[server] 5.2.5 and its dependencies, pinned: tests/ground/python/moto.txt.
 STATE_FILE="$LEASEHOLD_STATE/moto.env"
 
-install() {
-  if [ -f "$VENV/.moto-$MOTO_VERSION" ] && [ -x "$VENV/bin/moto_server" ]; then return 0; fi
-  command -v python3 >/dev/null || die "python3 is not installed (apt-get install python3 python3-venv)"
-  log "installing moto[server] $MOTO_VERSION into $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || die "python3 -m venv failed (apt-get install python3-venv)"
-  "$VENV/bin/pip" install -q "moto[server]==$MOTO_VERSION" >&2 || die "pip install moto[server] failed"
-  touch "$VENV/.moto-$MOTO_VERSION"
-}
+install() { VENV="$(dirname "$(dirname "$(pinned_venv moto)")")"; }
 
 running() {
   [ -f "$STATE_FILE" ] || return 1

@@ -6,25 +6,15 @@
 #   tests/ground/plots.sh run       # install if needed, then draw every plot
 source "$(dirname "$0")/common.sh"
 
-MATPLOTLIB_VERSION=3.10.7
-VENV="$LEASEHOLD_CACHE/plots-venv"
-
-install() {
-  if [ -f "$VENV/.matplotlib-$MATPLOTLIB_VERSION" ] && [ -x "$VENV/bin/python" ]; then return 0; fi
-  command -v python3 >/dev/null || die "python3 is not installed (apt-get install python3 python3-venv)"
-  log "installing matplotlib $MATPLOTLIB_VERSION into $VENV"
-  rm -rf "$VENV"
-  python3 -m venv "$VENV" || die "python3 -m venv failed (apt-get install python3-venv)"
-  "$VENV/bin/pip" install -q "matplotlib==$MATPLOTLIB_VERSION" >&2 || die "pip install matplotlib failed"
-  touch "$VENV/.matplotlib-$MATPLOTLIB_VERSION"
-}
+# matplotlib 3.10.7 and its dependencies, pinned: tests/ground/python/plots.txt.
+install() { PY="$(pinned_venv plots)"; }
 
 case "${1:-run}" in
-  install) install; echo "$VENV/bin/python" ;;
+  install) install; echo "$PY" ;;
   run)
     install
     cd "$(dirname "$0")/../.."
-    MPLBACKEND=Agg "$VENV/bin/python" docs/plots/plot.py
+    MPLBACKEND=Agg "$PY" docs/plots/plot.py
     ;;
   *) die "usage: $0 install|run" ;;
 esac

@@ -118,6 +118,7 @@ fn mocked() -> (Arc<Context>, ApiServerVerifier) {
         worker_image: "leasehold-worker:test".into(),
         shard_poll_interval: SHARD_POLL,
         static_credentials: Some(("test".into(), "test".into())),
+        restrict_templates: false,
     };
     (Arc::new(Context::new(client, settings, Metrics::default())), ApiServerVerifier(handle))
 }

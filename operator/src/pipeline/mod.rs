@@ -42,7 +42,7 @@ fn verdict<T>(outcome: &Result<T>, ok: impl FnOnce(&T) -> Verdict) -> Verdict {
 /// Runs the pipeline once for `consumer`.
 pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let previous = consumer.status.clone().unwrap_or_default();
-    let resolved = match validate::validate(consumer) {
+    let resolved = match validate::validate(consumer, ctx.settings.restrict_templates) {
         Ok(resolved) => resolved,
         Err(error) => {
             // Nothing is changed for an invalid spec; the last known counts stay in status.

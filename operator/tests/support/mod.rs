@@ -78,6 +78,11 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates the namespace and starts an operator watching only it.
     pub async fn new(prefix: &str) -> Self {
+        Self::with_restricted_templates(prefix, false).await
+    }
+
+    /// A namespace with its own in-process operator, `--restrict-templates` on or off.
+    pub async fn with_restricted_templates(prefix: &str, restrict_templates: bool) -> Self {
         let client = client().await;
         install_crd(&client).await;
         let name = create_namespace(&client, prefix, true).await;
@@ -86,6 +91,7 @@ impl TestNamespace {
             worker_image: "leasehold/worker:test".into(),
             shard_poll_interval: Duration::from_secs(1),
             static_credentials: Some(("leasehold-test".into(), "leasehold-test".into())),
+            restrict_templates,
         };
         let ctx = Arc::new(Context::new(client.clone(), settings, Metrics::default()));
         let stop = CancellationToken::new();

@@ -23,6 +23,14 @@ pub enum Error {
         /// What happened (stable across retries: no request ids).
         message: String,
     },
+    /// ensure table: the table the spec names exists but is not a lease table (its key is not `lease_key`).
+    #[error("table {table} is not a lease table ({found}; a lease table's key is the string hash key lease_key)")]
+    NotLeaseTable {
+        /// The table.
+        table: String,
+        /// Its key schema as found.
+        found: String,
+    },
     /// ensure consumer: a call on a stream's registered consumer (enhanced fan-out) failed.
     #[error("stream consumer on {stream}: {message}")]
     StreamConsumer {
@@ -70,7 +78,7 @@ impl Error {
     pub fn kind(&self) -> &'static str {
         match self {
             Error::InvalidSpec(_) | Error::TemplateRefused(_) => "validate",
-            Error::Table { .. } => "table",
+            Error::Table { .. } | Error::NotLeaseTable { .. } => "table",
             Error::StreamNotFound(_) | Error::Stream(_) => "observe",
             Error::StreamConsumer { .. } | Error::Record(_) | Error::WorkersRunning(_) => "consumer",
             Error::Build(_) => "build",
@@ -87,6 +95,7 @@ impl Error {
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::TemplateRefused(_) => "TemplateRefused",
             Error::Table { .. } => "TableError",
+            Error::NotLeaseTable { .. } => "NotALeaseTable",
             Error::StreamNotFound(_) => "StreamNotFound",
             Error::Stream(_) => "StreamError",
             Error::StreamConsumer { .. } | Error::Record(_) => "StreamConsumerError",

@@ -3,9 +3,10 @@
 //! created it.
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::TableStatus;
+use aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TableStatus};
 use kube::ResourceExt;
 use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec, StreamConsumer};
+use leasehold_worker::internals::lease::attr::LEASE_KEY;
 use leasehold_worker::lease::{TableBilling, create_table};
 
 use crate::error::{Error, Result};
@@ -66,13 +67,34 @@ fn failed(table: &str, error: impl std::fmt::Display) -> Error {
 pub async fn ensure(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<(TableState, bool)> {
     let table = spec.name.as_str();
     match client.describe_table().table_name(table).send().await {
-        Ok(out) => Ok((state(out.table.and_then(|t| t.table_status)), false)),
+        Ok(out) => {
+            let description = out.table.unwrap_or_else(|| aws_sdk_dynamodb::types::TableDescription::builder().build());
+            if let Some(found) = not_a_lease_table(&description) {
+                return Err(Error::NotLeaseTable { table: table.into(), found });
+            }
+            Ok((state(description.table_status), false))
+        }
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
             let created = create(client, spec, owner).await?;
             Ok((TableState::Creating, created))
         }
         Err(e) => Err(failed(table, crate::aws::error_message(&e))),
     }
+}
+
+/// Why an existing table is not a lease table, if it is not: a lease table's key is one string hash key
+/// named `lease_key` (what the worker creates). Reading or writing rows of any other table is refused.
+fn not_a_lease_table(table: &aws_sdk_dynamodb::types::TableDescription) -> Option<String> {
+    let keys: Vec<String> =
+        table.key_schema().iter().map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str())).collect();
+    let hash_is_lease_key = matches!(table.key_schema(), [only] if only.attribute_name() == LEASE_KEY
+        && *only.key_type() == KeyType::Hash);
+    let lease_key_is_string = table
+        .attribute_definitions()
+        .iter()
+        .any(|a| a.attribute_name() == LEASE_KEY && *a.attribute_type() == ScalarAttributeType::S);
+    (!(hash_is_lease_key && lease_key_is_string))
+        .then(|| if keys.is_empty() { "no key schema".to_string() } else { format!("key {}", keys.join(", ")) })
 }
 
 fn state(status: Option<TableStatus>) -> TableState {

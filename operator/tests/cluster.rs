@@ -431,3 +431,50 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
     let status = tokio::task::spawn_blocking(move || operator.wait()).await.unwrap().expect("wait");
     assert!(status.success(), "{status:?}");
 }
+
+#[tokio::test]
+async fn a_table_that_is_not_a_lease_table_is_refused_in_status() {
+    let ns = TestNamespace::new("op-notlease").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-notlease", 1).await;
+    // Somebody else's table, keyed by `id`: the operator must neither read its rows nor run workers on it.
+    let table = leasehold_testkit::unique_name("op-notlease");
+    dynamodb
+        .create_table()
+        .table_name(&table)
+        .key_schema(
+            aws_sdk_dynamodb::types::KeySchemaElement::builder()
+                .attribute_name("id")
+                .key_type(aws_sdk_dynamodb::types::KeyType::Hash)
+                .build()
+                .unwrap(),
+        )
+        .attribute_definitions(
+            aws_sdk_dynamodb::types::AttributeDefinition::builder()
+                .attribute_name("id")
+                .attribute_type(aws_sdk_dynamodb::types::ScalarAttributeType::S)
+                .build()
+                .unwrap(),
+        )
+        .billing_mode(aws_sdk_dynamodb::types::BillingMode::PayPerRequest)
+        .send()
+        .await
+        .expect("create a foreign table");
+    ns.create(
+        "foreign",
+        json!({"streams": [{"name": stream}], "aws": aws(), "leaseTable": {"name": table}, "processor": {"stdout": {}}}),
+    )
+    .await
+    .unwrap();
+    wait("TableReady False NotALeaseTable", SLOW, || async {
+        ns.condition("foreign", "TableReady").await == Some(("False".into(), "NotALeaseTable".into()))
+    })
+    .await;
+    wait("a Warning event naming the refusal", SLOW, || async {
+        warnings(&ns, "foreign", "NotALeaseTable").await.0 >= 1
+    })
+    .await;
+    assert!(ns.deployments().get_opt("foreign-workers").await.unwrap().is_none(), "no workers on a foreign table");
+    assert!(table_exists(&dynamodb, &table).await, "the foreign table is left as it was");
+}

@@ -11,8 +11,9 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_row, encode_new,
-    encode_replacement, member_key, member_row_key, put_checkpoint, raw_key, stored_counter,
+    AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_requeue_secret,
+    decode_row, encode_new, encode_replacement, encode_requeue_row, member_key, member_row_key, put_checkpoint,
+    raw_key, requeue_key_row, stored_counter,
 };
 use super::settings::LeaseSettings;
 use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
@@ -281,6 +282,14 @@ impl GroupRows for MemoryLeaseStore {
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
         self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member")
+    }
+
+    async fn requeue_secret(&self) -> Result<String> {
+        let mut rows = self.table.rows();
+        let row = rows
+            .entry(requeue_key_row().to_string())
+            .or_insert_with(|| encode_requeue_row(&crate::dispatch::RequeueKey::random().to_hex()));
+        Ok(decode_requeue_secret(row)?)
     }
 }
 

@@ -124,7 +124,11 @@ pub fn sqs_id(id: &str) -> String {
 /// digits.
 pub fn kinesis_key(key: &str) -> String {
     let chars = key.chars().count();
-    if (1..=KINESIS_MAX_KEY_CHARS).contains(&chars) { key.to_string() } else { crate::dispatch::sha256_hex(key.as_bytes()) }
+    if (1..=KINESIS_MAX_KEY_CHARS).contains(&chars) {
+        key.to_string()
+    } else {
+        crate::dispatch::sha256_hex(key.as_bytes())
+    }
 }
 
 /// A stream, written through a [`Publisher`] (the dead-letter stream).
@@ -325,13 +329,27 @@ mod tests {
 
     #[test]
     fn validation_codes_are_told_from_the_others() {
-        for code in ["ValidationException", "InvalidParameterValue", "com.amazonaws.sqs#InvalidParameterValueException",
-            "EntityTooLarge", "InvalidArgumentException", "KeyTooLongError"] {
+        for code in [
+            "ValidationException",
+            "InvalidParameterValue",
+            "com.amazonaws.sqs#InvalidParameterValueException",
+            "EntityTooLarge",
+            "InvalidArgumentException",
+            "KeyTooLongError",
+        ] {
             assert!(is_validation_code(code), "{code}");
         }
-        for code in ["ThrottlingException", "ProvisionedThroughputExceededException", "ResourceNotFoundException",
-            "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NoSuchBucket", "AccessDenied",
-            "InternalError", "KMSThrottlingException"] {
+        for code in [
+            "ThrottlingException",
+            "ProvisionedThroughputExceededException",
+            "ResourceNotFoundException",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "QueueDoesNotExist",
+            "NoSuchBucket",
+            "AccessDenied",
+            "InternalError",
+            "KMSThrottlingException",
+        ] {
             assert!(!is_validation_code(code), "{code}");
         }
     }

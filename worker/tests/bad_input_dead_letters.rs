@@ -175,7 +175,10 @@ fn an_oversized_dead_letter_reaches_the_dead_letter_stream_cut() {
         let dead = leasehold_testkit::create_stream(&kinesis, "dl-big-dlq", 1).await;
         let running = Running::start(&consumer(&stream, None, &format!("{RETRY}, deadLetterStream: {dead}}}")), "dl");
         let metrics = finish(running, &written).await;
-        assert_eq!(counted(&metrics, r#"leasehold_dead_letters_cut_total{destination="kinesis",reason="too_large"}"#), 1);
+        assert_eq!(
+            counted(&metrics, r#"leasehold_dead_letters_cut_total{destination="kinesis",reason="too_large"}"#),
+            1
+        );
         assert_eq!(counted(&metrics, r#"leasehold_dead_letter_failures_total{destination="kinesis"}"#), 0);
         let (shard, _, _) = open_shards(&kinesis, &dead).await.remove(0);
         let letters = read_shard(&kinesis, &dead, &shard).await;

@@ -109,11 +109,7 @@ impl<'a> Letters<'a> {
     /// too small), naming `object` as where the whole letter is, if it is somewhere.
     pub fn cut(&self, max: usize, object: Option<&str>) -> Bytes {
         let key = cut_str(&self.record.partition_key, CUT_KEY_BYTES);
-        let record = Record {
-            partition_key: key.to_string(),
-            data: Bytes::new(),
-            ..self.record.clone()
-        };
+        let record = Record { partition_key: key.to_string(), data: Bytes::new(), ..self.record.clone() };
         let build = |record: &Record| {
             encode(&Document {
                 record: RecordJson::from(record),
@@ -191,7 +187,10 @@ mod tests {
             assert_eq!(letter["dataBytes"], 300_000);
             assert_eq!(letter["dataSha256"], sha256_hex(&data));
             assert_eq!(letter["dataObject"], "s3://b/k.json");
-            assert_eq!((letter["sequenceNumber"].as_str(), letter["subSequenceNumber"].as_u64()), (Some("4959"), Some(2)));
+            assert_eq!(
+                (letter["sequenceNumber"].as_str(), letter["subSequenceNumber"].as_u64()),
+                (Some("4959"), Some(2))
+            );
             assert_eq!(letter["attempts"], 4);
             assert!(letter["error"].as_str().unwrap().len() <= CUT_ERROR_BYTES);
             let prefix = base64::engine::general_purpose::STANDARD.decode(letter["data"].as_str().unwrap()).unwrap();

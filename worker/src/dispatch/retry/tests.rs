@@ -257,7 +257,10 @@ async fn an_oversized_dead_letter_goes_cut_and_points_at_the_whole_one() {
     assert_eq!(cut["dataSha256"], crate::dispatch::sha256_hex(&big));
     assert_eq!(cut["dataObject"], "s3://b/k.json");
     let metrics = bound.metrics().encode();
-    assert!(metrics.contains(r#"leasehold_dead_letters_cut_total{destination="sqs",reason="too_large"} 1"#), "{metrics}");
+    assert!(
+        metrics.contains(r#"leasehold_dead_letters_cut_total{destination="sqs",reason="too_large"} 1"#),
+        "{metrics}"
+    );
     assert!(metrics.contains(r#"leasehold_dead_letter_failures_total{destination="sqs"} 2"#), "{metrics}");
 }
 
@@ -267,12 +270,14 @@ async fn a_refused_letter_falls_back_to_smaller_forms_then_is_given_up_for_that_
     // A queue whose own limit is 10 KB: the whole letter and the cut one at 256 KiB are refused as
     // invalid, the smallest form (no data) is taken.
     let small = Arc::new(Picky { limit: Some(256 * 1024), refuse_from: Some(10_000), ..Picky::default() });
-    let bound = dead_letter_runner(&[small.clone()]);
+    let bound = dead_letter_runner(std::slice::from_ref(&small));
     assert_eq!(bound.run(&record(Bytes::from(vec![1u8; 100_000])), &stop).await, Outcome::DeadLettered);
     let taken = small.taken.lock().unwrap().clone();
     assert_eq!(taken.len(), 1);
     assert_eq!(json(&taken[0])["data"], "");
-    assert!(bound.metrics().encode().contains(r#"leasehold_dead_letters_cut_total{destination="sqs",reason="refused"} 1"#));
+    assert!(
+        bound.metrics().encode().contains(r#"leasehold_dead_letters_cut_total{destination="sqs",reason="refused"} 1"#)
+    );
 
     // A destination refusing everything as invalid is given up, counted, and the record (with no
     // other destination taking it) skipped, counted: the shard moves on.

@@ -323,3 +323,23 @@ impl LeaseStore for MemoryLeaseStore {
         Ok(page)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_requeue_secret_is_made_once_and_shared_by_the_table() {
+        let table = MemoryLeaseTable::new();
+        let (a, b) = (table.store(LeaseSettings::new("a")), table.store(LeaseSettings::new("b")));
+        let secret = a.requeue_secret().await.unwrap();
+        assert_eq!(secret.len(), 64);
+        assert_eq!(b.requeue_secret().await.unwrap(), secret, "every worker of the table reads the same key");
+        assert_eq!(a.requeue_secret().await.unwrap(), secret, "made once");
+        let page = a.list().await.unwrap();
+        assert!(page.leases.is_empty(), "the key's row is no lease");
+        assert!(page.terms.iter().any(|t| t.key == requeue_key_row()), "it is a term-shaped row");
+        let other = MemoryLeaseTable::new().store(LeaseSettings::new("a"));
+        assert_ne!(other.requeue_secret().await.unwrap(), secret, "another table, another key");
+    }
+}

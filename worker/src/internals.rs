@@ -4,7 +4,9 @@
 
 /// The record dispatcher and runner (the dispatch benchmark drives them without a worker).
 pub mod dispatch {
-    pub use crate::dispatch::{DispatchSettings, Dispatcher, Runner, open_requeued};
+    pub use crate::dispatch::{
+        DispatchSettings, Dispatcher, Envelope, History, Opened, RequeueKey, Runner, open_requeued, parse_requeued,
+    };
 }
 
 /// KPL aggregated records: reading them (the CLI's import of KCL checkpoints) and making them (tests

@@ -44,6 +44,16 @@ pub struct Metrics {
     /// Dead letters an on-failure destination refused or could not take, by destination (`sqs`,
     /// `s3`); each is retried until it is taken, the record's shard waiting meanwhile.
     pub(crate) dead_letter_failures: Family<Labels, Counter>,
+    /// Dead letters sent cut (see `dispatch/letter.rs`), by `destination` (`kinesis`, `sqs`, `s3`) and
+    /// `reason`: `too_large` (over the destination's limit, cut before sending), `refused` (the
+    /// destination refused the whole letter as invalid).
+    pub(crate) dead_letters_cut: Family<Labels, Counter>,
+    /// Dead letters a destination refused as invalid even in their smallest cut form, by
+    /// `destination`: given up for that destination (the others still get theirs).
+    pub(crate) dead_letters_undeliverable: Family<Labels, Counter>,
+    /// Records opening with the requeue header whose proof does not check (written by a producer, or
+    /// under another key): processed as ordinary records, their bytes as they are.
+    pub(crate) requeue_headers_rejected: Counter,
     /// Records being processed right now, over all shards.
     pub(crate) records_in_flight: Gauge,
     /// Leases this worker holds.
@@ -110,6 +120,9 @@ impl Default for Metrics {
             records_aged_out: Counter::default(),
             records_filtered: Counter::default(),
             dead_letter_failures: Family::default(),
+            dead_letters_cut: Family::default(),
+            dead_letters_undeliverable: Family::default(),
+            requeue_headers_rejected: Counter::default(),
             records_in_flight: Gauge::default(),
             leases_held: Gauge::default(),
             renewals_failed: Counter::default(),
@@ -166,6 +179,21 @@ impl Metrics {
             "dead_letter_failures",
             "Dead letters an on-failure destination (sqs, s3) did not take; retried, the shard waits",
             self.dead_letter_failures.clone(),
+        );
+        self.registry.register(
+            "dead_letters_cut",
+            "Dead letters sent cut (payload prefix, size and SHA-256), by destination and reason (too_large, refused)",
+            self.dead_letters_cut.clone(),
+        );
+        self.registry.register(
+            "dead_letters_undeliverable",
+            "Dead letters a destination refused as invalid even in their smallest form; given up for it",
+            self.dead_letters_undeliverable.clone(),
+        );
+        self.registry.register(
+            "requeue_headers_rejected",
+            "Records with a requeue header whose proof does not check, processed as ordinary records",
+            self.requeue_headers_rejected.clone(),
         );
         self.registry.register("records_in_flight", "Records being processed now", self.records_in_flight.clone());
         self.registry.register("leases_held", "Leases this worker holds", self.leases_held.clone());
@@ -286,6 +314,17 @@ impl Metrics {
     /// Counts a dead letter `destination` did not take.
     pub(crate) fn dead_letter_failed(&self, destination: &'static str) {
         self.dead_letter_failures.get_or_create(&label("destination", destination)).inc();
+    }
+
+    /// Counts a dead letter sent cut to `destination` for `reason`.
+    pub(crate) fn dead_letter_cut(&self, destination: &'static str, reason: &'static str) {
+        let labels = vec![("destination", destination.to_string()), ("reason", reason.to_string())];
+        self.dead_letters_cut.get_or_create(&labels).inc();
+    }
+
+    /// Counts a dead letter `destination` refused in every form.
+    pub(crate) fn dead_letter_undeliverable(&self, destination: &'static str) {
+        self.dead_letters_undeliverable.get_or_create(&label("destination", destination)).inc();
     }
 
     /// Counts `count` user records skipped for `reason`.

@@ -133,7 +133,8 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
         kinesis = kinesis.with_consumers(Arc::new(consumers));
     }
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
-    let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?;
+    let keys = Arc::new(LeaseTableKeys(store.clone()));
+    let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?.with_requeue_keys(keys);
     let settings = coordinator_settings(&config);
     let mut coordinator =
         Coordinator::new(store, Arc::new(KinesisShards::new(kinesis, sync)), Arc::new(runner), processors, settings);
@@ -189,6 +190,20 @@ async fn lease_store(
             _ = shutdown.cancelled() => return Ok(None),
             _ = tokio::time::sleep(delay) => {}
         }
+    }
+}
+
+/// The consumer's requeue key, kept in its lease table (`#term:requeue-key`), so every worker of the
+/// consumer signs and checks requeued copies alike, across restarts; producers, who write the stream
+/// but cannot read the table, cannot sign a copy (docs/worker.md, "Requeued copy").
+struct LeaseTableKeys(Arc<dyn LeaseStore>);
+
+#[async_trait::async_trait]
+impl crate::dispatch::KeySource for LeaseTableKeys {
+    async fn requeue_key(&self) -> Result<crate::dispatch::RequeueKey, String> {
+        let secret = self.0.requeue_secret().await.map_err(|e| e.to_string())?;
+        crate::dispatch::RequeueKey::from_hex(&secret)
+            .ok_or_else(|| "the lease table's requeue_secret is not 64 hex digits".to_string())
     }
 }
 

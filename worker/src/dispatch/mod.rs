@@ -10,6 +10,7 @@
 //! Records run as futures polled by the shard's own task (no task per record): cheap, and dropping the
 //! dispatcher stops every record at once when the lease is lost.
 
+mod letter;
 mod requeue;
 mod retry;
 mod stuck;
@@ -28,7 +29,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::lease::Checkpoint;
 use crate::processor::{Record, ShardProcessor};
-pub use requeue::open as open_requeued;
+pub use letter::sha256_hex;
+/// Parses a requeue header without checking its proof: `fn(&Bytes) -> Option<(History, Bytes)>`.
+pub use requeue::open_unverified as open_requeued;
+pub use requeue::{Envelope, History, KeySource, Opened, RequeueKey, parse as parse_requeued};
 pub use retry::{Outcome, Publisher, RetryPolicy, Runner};
 pub use watermark::Watermark;
 

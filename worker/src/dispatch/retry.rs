@@ -1,5 +1,15 @@
 //! Running one record to its end: processing attempts retried in place with backoff, then the
 //! consumer's `retry.onExhausted` policy. Nothing is dropped without a metric and a log line.
+//!
+//! Dead letters go to every destination set (the bucket first, so the others can point at the whole
+//! letter, then the stream, then the queue). Each destination is sent the whole letter when it is
+//! within its limit, else the cut form (`letter.rs`); a refusal that can be retried (throttling, a
+//! missing queue, the network) is retried with backoff while the record waits; a refusal that never
+//! can (a validation error) is answered with the cut form, then with the smallest cut form (no data);
+//! if even that is refused, that destination is given up for this record, counted in
+//! `leasehold_dead_letters_undeliverable_total{destination}` and logged (error) with the record's
+//! place, size and SHA-256, and the record goes on to the other destinations: a letter no retry can
+//! deliver must not stall the shard until the stream's retention removes everything behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,13 +18,13 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{OnExhausted, ResolvedSpec};
-use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use super::requeue::{self, History};
-use crate::destination::Destination;
+use super::letter::Letters;
+use super::requeue::{self, History, KeySource, Opened, RequeueKey};
+use crate::destination::{DeliveryError, Destination, KINESIS_MAX_RECORD_BYTES, StreamDestination};
 use crate::metrics::Metrics;
-use crate::processor::{Outputs, ProcessError, Record, RecordJson, ShardProcessor};
+use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
 
 /// What happens when processing a record fails (`spec.retry`).
 #[derive(Debug, Clone)]
@@ -60,8 +70,8 @@ impl RetryPolicy {
 /// Writes records to a stream (requeued copies, dead letters).
 #[async_trait]
 pub trait Publisher: Send + Sync {
-    /// Puts one record on `stream`.
-    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<(), String>;
+    /// Puts one record on `stream`; a refusal says whether it can ever succeed.
+    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<(), DeliveryError>;
 }
 
 /// How a record's run ended.
@@ -89,21 +99,6 @@ impl Outcome {
     }
 }
 
-/// The document written to the dead-letter stream (JSON), keyed by the record's partition key: the
-/// record's fields as the stdout processor prints them, and why it is here.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DeadLetter<'a> {
-    #[serde(flatten)]
-    record: RecordJson<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    arrival_ms: Option<i64>,
-    attempts: u32,
-    requeues: u32,
-    error: &'a str,
-    owner: &'a str,
-}
-
 /// Runs records through a shard's processor under a retry policy; shared by every shard of a worker.
 pub struct Runner {
     policy: RetryPolicy,
@@ -114,6 +109,33 @@ pub struct Runner {
     stuck_after: Duration,
     filter: Option<RecordFilter>,
     destinations: Vec<Arc<dyn Destination>>,
+    keys: RequeueKeys,
+}
+
+/// The consumer's requeue key: read from its source when first needed, then kept.
+struct RequeueKeys {
+    source: Option<Arc<dyn KeySource>>,
+    key: tokio::sync::OnceCell<RequeueKey>,
+}
+
+/// How publishing one record ended.
+enum Published {
+    /// The stream took it.
+    Taken,
+    /// A graceful stop came first.
+    Stopped,
+    /// Refused for what it is: publishing it again can never succeed.
+    Refused(String),
+}
+
+/// How sending one letter to one destination ended.
+enum Sent {
+    /// Taken, whole or cut.
+    Taken { cut: bool },
+    /// Even the smallest cut form was refused as invalid (counted and logged).
+    Undeliverable,
+    /// A graceful stop came first.
+    Stopped,
 }
 
 impl std::fmt::Debug for Runner {
@@ -144,7 +166,16 @@ impl Runner {
             stuck_after,
             filter: None,
             destinations: Vec::new(),
+            // Without a source (a runner of its own, in tests) the key is this runner's alone.
+            keys: RequeueKeys { source: None, key: tokio::sync::OnceCell::new_with(Some(RequeueKey::random())) },
         }
+    }
+
+    /// Reads the consumer's requeue key from `source` (once, when a copy is first read or written),
+    /// so that every worker of the consumer signs and verifies copies alike.
+    pub fn with_requeue_keys(mut self, source: Arc<dyn KeySource>) -> Self {
+        self.keys = RequeueKeys { source: Some(source), key: tokio::sync::OnceCell::new() };
+        self
     }
 
     /// Uses `policy`.
@@ -183,7 +214,7 @@ impl Runner {
         self
     }
 
-    /// Sends dead letters to `destination` too (after the dead-letter stream, if one is set).
+    /// Sends dead letters to `destination` too (a bucket before the dead-letter stream, a queue after).
     pub fn with_destination(mut self, destination: Arc<dyn Destination>) -> Self {
         self.destinations.push(destination);
         self
@@ -200,12 +231,13 @@ impl Runner {
         self.metrics.records_in_flight.inc();
         let _in_flight = InFlight(&self.metrics);
         let opened;
-        let (record, history) = match requeue::open(&record.data) {
-            Some((history, data)) => {
+        let (record, history) = match self.open(record, stop).await {
+            None => return Outcome::Abandoned,
+            Some(Opened::Genuine(history, data)) => {
                 opened = Record { data, ..record.clone() };
                 (&opened, history)
             }
-            None => (record, History::default()),
+            Some(Opened::Plain | Opened::Forged) => (record, History::default()),
         };
         if let Some(filter) = &self.filter
             && !filter.matches(&record.partition_key, &record.data)
@@ -217,7 +249,7 @@ impl Runner {
         let mut attempt = 0u32;
         let mut delay = self.policy.backoff;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             let mut outputs = Outputs::default();
             let call = processor.process(record, &mut outputs);
             let processed = match super::stuck::watch(call, record, self.stuck_after, &self.metrics).await {
@@ -243,7 +275,8 @@ impl Runner {
             }
             let exhausted = attempt >= self.policy.max_attempts || !error.retryable || too_old;
             if exhausted && self.policy.on_exhausted != OnExhausted::Block {
-                let history = History { requeues: history.requeues, attempts: history.attempts + attempt };
+                let history =
+                    History { requeues: history.requeues, attempts: history.attempts.saturating_add(attempt) };
                 return self.dispose(record, history, &error, stop).await;
             }
             if exhausted && attempt == self.policy.max_attempts.max(1) {
@@ -258,6 +291,52 @@ impl Runner {
             }
             delay = (delay * 2).min(self.policy.max_backoff);
             self.metrics.records_retried.inc();
+        }
+    }
+
+    /// Reads `record` as a requeued copy or not; `None` if a graceful stop came while the key was
+    /// being read. A header that does not verify is counted and logged, and the record is ordinary.
+    async fn open(&self, record: &Record, stop: &CancellationToken) -> Option<Opened> {
+        if !requeue::looks_like_copy(&record.data) {
+            return Some(Opened::Plain);
+        }
+        let key = self.requeue_key(stop).await?;
+        let opened = requeue::open(key, &record.partition_key, &record.data);
+        if opened == Opened::Forged {
+            self.metrics.requeue_headers_rejected.inc();
+            tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number, bytes = record.data.len(),
+                "a record opens with the requeue header but its proof does not check (written by a producer, or \
+                 under another consumer's key): processed as an ordinary record, its bytes as they are");
+        }
+        Some(opened)
+    }
+
+    /// The consumer's requeue key, read from its source until it answers (the record waits, counted
+    /// and logged); `None` if a graceful stop came first.
+    async fn requeue_key(&self, stop: &CancellationToken) -> Option<&RequeueKey> {
+        let mut delay = self.policy.backoff.clamp(Duration::from_millis(100), Duration::from_secs(1));
+        loop {
+            let read = self
+                .keys
+                .key
+                .get_or_try_init(|| async {
+                    match &self.keys.source {
+                        Some(source) => source.requeue_key().await,
+                        None => Ok(RequeueKey::random()),
+                    }
+                })
+                .await;
+            match read {
+                Ok(key) => return Some(key),
+                Err(error) => {
+                    self.metrics.lease_table_failures.inc();
+                    tracing::warn!(error = %error, ?delay, "cannot read the consumer's requeue key; retrying, the record waits");
+                }
+            }
+            if !pause(delay, stop).await {
+                return None;
+            }
+            delay = (delay * 2).min(self.policy.max_backoff);
         }
     }
 
@@ -282,8 +361,14 @@ impl Runner {
         };
         for output in outputs.into_vec() {
             let key = output.key(fixed.as_deref());
-            if !self.publish(stream, &key, output.data, stop).await {
-                return Ok(false);
+            match self.publish(stream, &key, output.data, stop).await {
+                Published::Taken => {}
+                Published::Stopped => return Ok(false),
+                // An output the stream can never take (too large, a bad key) fails the record, whose
+                // policy then applies, rather than being retried for ever.
+                Published::Refused(e) => {
+                    return Err(ProcessError::permanent(format!("output stream {stream} refused an output: {e}")));
+                }
             }
         }
         Ok(true)
@@ -297,121 +382,237 @@ impl Runner {
         error: &ProcessError,
         stop: &CancellationToken,
     ) -> Outcome {
-        let policy = match self.policy.on_exhausted {
+        let (fallback, name) = match self.policy.dead_letter_stream.is_some() || !self.destinations.is_empty() {
+            true => (OnExhausted::DeadLetter, "deadLetter"),
+            false => (OnExhausted::Skip, "skip"),
+        };
+        let mut policy = match self.policy.on_exhausted {
             OnExhausted::Requeue if history.requeues >= self.policy.max_requeues => {
-                let (fallback, name) = match self.policy.dead_letter_stream.is_some() || !self.destinations.is_empty() {
-                    true => (OnExhausted::DeadLetter, "deadLetter"),
-                    false => (OnExhausted::Skip, "skip"),
-                };
                 tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
                     requeues = history.requeues, fallback = name, "requeue limit reached");
                 fallback
             }
-            OnExhausted::DeadLetter if self.policy.dead_letter_stream.is_none() && self.destinations.is_empty() => {
+            OnExhausted::DeadLetter if fallback == OnExhausted::Skip => {
                 tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
                     "onExhausted deadLetter names no destination; skipping the record");
                 OnExhausted::Skip
             }
             policy => policy,
         };
+        if policy == OnExhausted::Requeue {
+            match self.requeue(record, history, error, stop).await {
+                Ok(outcome) => return outcome,
+                Err(reason) => {
+                    tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
+                        bytes = record.data.len(), fallback = name, reason = %reason,
+                        "the stream can never take a copy of the record; not requeued");
+                    policy = fallback;
+                }
+            }
+        }
         match policy {
-            OnExhausted::Block | OnExhausted::Skip => {
-                self.metrics.exhausted("skip");
-                tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
-                    partition_key = %record.partition_key, attempts = history.attempts, error = %error,
-                    "record skipped after its attempts ran out");
-                Outcome::Skipped
-            }
-            OnExhausted::Requeue => {
-                let copy = History { requeues: history.requeues + 1, attempts: history.attempts };
-                let data = requeue::wrap(&record.data, copy);
-                if !self.publish(&record.stream, &record.partition_key, data, stop).await {
-                    return Outcome::Abandoned;
-                }
-                self.metrics.exhausted("requeue");
-                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
-                    partition_key = %record.partition_key, attempts = history.attempts, requeues = copy.requeues,
-                    error = %error, "record requeued at the stream's tail");
-                Outcome::Requeued
-            }
-            OnExhausted::DeadLetter => {
-                let letter = DeadLetter {
-                    record: RecordJson::from(record),
-                    arrival_ms: record.arrival_ms,
-                    attempts: history.attempts,
-                    requeues: history.requeues,
-                    error: &error.message,
-                    owner: &self.owner,
-                };
-                let data = match serde_json::to_vec(&letter) {
-                    Ok(data) => Bytes::from(data),
-                    Err(e) => Bytes::from(format!("{{\"error\":\"cannot encode dead letter: {e}\"}}")),
-                };
-                if let Some(stream) = &self.policy.dead_letter_stream
-                    && !self.publish(stream, &record.partition_key, data.clone(), stop).await
-                {
-                    return Outcome::Abandoned;
-                }
-                for destination in &self.destinations {
-                    if !self.deliver(destination.as_ref(), record, &data, stop).await {
-                        return Outcome::Abandoned;
-                    }
-                }
-                self.metrics.exhausted("deadLetter");
-                tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
-                    partition_key = %record.partition_key, attempts = history.attempts,
-                    dead_letter_stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default(),
-                    destinations = self.destinations.len(), error = %error, "record sent to the dead-letter stream");
-                Outcome::DeadLettered
-            }
+            OnExhausted::DeadLetter => self.dead_letter(record, history, error, stop).await,
+            _ => self.skip(record, history, &error.message),
         }
     }
 
-    /// Sends a dead letter to `destination` until it is taken (never dropping it: the record's shard
-    /// waits, counted and logged); false if a graceful stop came first.
-    async fn deliver(
+    /// Counts and logs a record skipped after its attempts ran out.
+    fn skip(&self, record: &Record, history: History, error: &str) -> Outcome {
+        self.metrics.exhausted("skip");
+        tracing::error!(shard = %record.shard_id, sequence = %record.sequence_number,
+            partition_key = %super::letter::cut_str(&record.partition_key, 256), attempts = history.attempts,
+            error = %super::letter::cut_str(error, 4096), "record skipped after its attempts ran out");
+        Outcome::Skipped
+    }
+
+    /// Puts a copy of `record` at its stream's tail; an error when the stream can never take it (too
+    /// large with its header, refused as invalid).
+    async fn requeue(
+        &self,
+        record: &Record,
+        history: History,
+        error: &ProcessError,
+        stop: &CancellationToken,
+    ) -> Result<Outcome, String> {
+        let copy = History { requeues: history.requeues.saturating_add(1), attempts: history.attempts };
+        let Some(key) = self.requeue_key(stop).await else { return Ok(Outcome::Abandoned) };
+        let data = requeue::wrap(key, &record.partition_key, &record.data, copy);
+        let size = data.len() + record.partition_key.len();
+        if size > KINESIS_MAX_RECORD_BYTES {
+            return Err(format!("the copy takes {size} bytes with its key, over Kinesis's {KINESIS_MAX_RECORD_BYTES}"));
+        }
+        match self.publish(&record.stream, &record.partition_key, data, stop).await {
+            Published::Taken => {}
+            Published::Stopped => return Ok(Outcome::Abandoned),
+            Published::Refused(e) => return Err(e),
+        }
+        self.metrics.exhausted("requeue");
+        tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
+            partition_key = %record.partition_key, attempts = history.attempts, requeues = copy.requeues,
+            error = %error, "record requeued at the stream's tail");
+        Ok(Outcome::Requeued)
+    }
+
+    /// Sends `record`'s dead letter to every destination: the bucket first (its object is then where
+    /// the others' cut letters point), then the stream, then the queue.
+    async fn dead_letter(
+        &self,
+        record: &Record,
+        history: History,
+        error: &ProcessError,
+        stop: &CancellationToken,
+    ) -> Outcome {
+        let letters = Letters::new(record, history, &error.message, &self.owner);
+        let stream = self.policy.dead_letter_stream.as_ref().map(|stream| {
+            let publisher = self.publisher.clone().unwrap_or_else(|| Arc::new(NoPublisher));
+            StreamDestination::new(publisher, stream.clone())
+        });
+        let keeping = |d: &&Arc<dyn Destination>| d.location(record).is_some();
+        let mut ordered: Vec<&dyn Destination> =
+            self.destinations.iter().filter(keeping).map(|d| d.as_ref() as &dyn Destination).collect();
+        if let Some(stream) = &stream {
+            ordered.push(stream);
+        }
+        ordered.extend(self.destinations.iter().filter(|d| !keeping(d)).map(|d| d.as_ref() as &dyn Destination));
+        let mut whole_at: Option<String> = None;
+        let mut taken = 0usize;
+        for destination in ordered {
+            match self.send_letter(destination, record, &letters, whole_at.as_deref(), stop).await {
+                Sent::Taken { cut } => {
+                    taken += 1;
+                    if !cut && whole_at.is_none() {
+                        whole_at = destination.location(record);
+                    }
+                }
+                Sent::Undeliverable => {}
+                Sent::Stopped => return Outcome::Abandoned,
+            }
+        }
+        if taken == 0 {
+            // Every destination refused even the smallest letter: counted per destination, logged
+            // above, and the record is skipped (counted and logged as such).
+            return self.skip(record, history, &error.message);
+        }
+        self.metrics.exhausted("deadLetter");
+        tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number,
+            partition_key = %super::letter::cut_str(&record.partition_key, 256), attempts = history.attempts,
+            dead_letter_stream = self.policy.dead_letter_stream.as_deref().unwrap_or_default(),
+            destinations = self.destinations.len(), error = %super::letter::cut_str(&error.message, 4096),
+            "record sent to the dead-letter stream");
+        Outcome::DeadLettered
+    }
+
+    /// Sends `record`'s letter to `destination` until it is taken: whole when within its limit, else
+    /// cut to the limit; a refusal as invalid is answered with the cut form, then the smallest one; a
+    /// refusal that can be retried is retried with backoff (the record's shard waits, counted and
+    /// logged). `whole_at` names where the whole letter is kept, for a cut one to point at.
+    async fn send_letter(
         &self,
         destination: &dyn Destination,
         record: &Record,
-        letter: &Bytes,
+        letters: &Letters<'_>,
+        whole_at: Option<&str>,
         stop: &CancellationToken,
-    ) -> bool {
+    ) -> Sent {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Form {
+            Whole,
+            Cut(usize),
+            Smallest,
+        }
+        let kind = destination.kind();
+        let limit = destination.max_letter_bytes(record).await;
+        let (mut form, mut reason) = match limit {
+            Some(max) if letters.whole().len() > max => (Form::Cut(max), "too_large"),
+            _ => (Form::Whole, "refused"),
+        };
         let mut delay = self.policy.backoff.min(Duration::from_secs(1));
         loop {
-            match destination.send(record, letter).await {
-                Ok(()) => return true,
-                Err(e) => {
-                    self.metrics.dead_letter_failed(destination.kind());
-                    tracing::error!(destination = destination.kind(), target = %destination.target(),
+            let letter = match form {
+                Form::Whole => letters.whole().clone(),
+                Form::Cut(max) => letters.cut(max, whole_at),
+                Form::Smallest => letters.cut(0, whole_at),
+            };
+            let refusal = match destination.send(record, &letter).await {
+                Ok(()) => {
+                    if form != Form::Whole {
+                        self.metrics.dead_letter_cut(kind, reason);
+                        tracing::warn!(destination = kind, target = %destination.target(), shard = %record.shard_id,
+                            sequence = %record.sequence_number, sub_sequence = ?record.sub_sequence_number,
+                            bytes = record.data.len(), letter_bytes = letters.whole().len(), sent_bytes = letter.len(),
+                            data_sha256 = letters.data_sha256(), whole_at = whole_at.unwrap_or_default(), reason,
+                            "dead letter cut to a form its destination takes");
+                    }
+                    return Sent::Taken { cut: form != Form::Whole };
+                }
+                Err(refusal) => refusal,
+            };
+            match refusal {
+                DeliveryError::Invalid(e) => {
+                    let next = match (form, limit) {
+                        (Form::Whole, Some(max)) => Some(Form::Cut(max.min(letters.whole().len().saturating_sub(1)))),
+                        (Form::Whole, None) | (Form::Cut(_), _) => Some(Form::Smallest),
+                        (Form::Smallest, _) => None,
+                    };
+                    let Some(next) = next else {
+                        self.metrics.dead_letter_undeliverable(kind);
+                        tracing::error!(destination = kind, target = %destination.target(), shard = %record.shard_id,
+                            sequence = %record.sequence_number, sub_sequence = ?record.sub_sequence_number,
+                            bytes = record.data.len(), data_sha256 = letters.data_sha256(), error = %e,
+                            "the destination refuses even the smallest dead letter of the record; given up for it");
+                        return Sent::Undeliverable;
+                    };
+                    tracing::warn!(destination = kind, target = %destination.target(), shard = %record.shard_id,
+                        sequence = %record.sequence_number, letter_bytes = letter.len(), error = %e,
+                        "the destination refuses the dead letter as invalid; sending it cut");
+                    (form, reason) = (next, "refused");
+                    continue;
+                }
+                DeliveryError::Unavailable(e) => {
+                    self.metrics.dead_letter_failed(kind);
+                    tracing::error!(destination = kind, target = %destination.target(),
                         shard = %record.shard_id, sequence = %record.sequence_number, error = %e, ?delay,
                         "cannot send the dead letter to its destination; retrying, the record waits");
                 }
             }
             if !pause(delay, stop).await {
-                return false;
+                return Sent::Stopped;
             }
             delay = (delay * 2).min(self.policy.max_backoff);
         }
     }
 
-    /// Publishes until it succeeds (never dropping a record or an output); false if a graceful stop came
-    /// first.
-    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes, stop: &CancellationToken) -> bool {
+    /// Publishes until the stream takes it (never dropping a record or an output) or refuses it as
+    /// invalid (publishing it again could never succeed).
+    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes, stop: &CancellationToken) -> Published {
         let mut delay = self.policy.backoff.min(Duration::from_secs(1));
         loop {
             let result = match &self.publisher {
                 Some(publisher) => publisher.publish(stream, partition_key, data.clone()).await,
-                None => Err("no publisher configured".to_string()),
+                None => NoPublisher.publish(stream, partition_key, data.clone()).await,
             };
             match result {
-                Ok(()) => return true,
-                Err(e) => tracing::warn!(stream, error = %e, ?delay, "cannot publish to the stream; retrying"),
+                Ok(()) => return Published::Taken,
+                Err(DeliveryError::Invalid(e)) => return Published::Refused(e),
+                Err(DeliveryError::Unavailable(e)) => {
+                    tracing::warn!(stream, error = %e, ?delay, "cannot publish to the stream; retrying");
+                }
             }
             if !pause(delay, stop).await {
-                return false;
+                return Published::Stopped;
             }
             delay = (delay * 2).min(self.policy.max_backoff);
         }
+    }
+}
+
+/// The publisher of a runner given none: refuses, retryably (a configuration waiting to be fixed).
+struct NoPublisher;
+
+#[async_trait]
+impl Publisher for NoPublisher {
+    async fn publish(&self, _stream: &str, _partition_key: &str, _data: Bytes) -> Result<(), DeliveryError> {
+        Err(DeliveryError::Unavailable("no publisher configured".into()))
     }
 }
 

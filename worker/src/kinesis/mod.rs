@@ -398,8 +398,17 @@ impl Kinesis {
 
 #[async_trait::async_trait]
 impl Publisher for Kinesis {
-    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> std::result::Result<(), String> {
-        self.put_record(stream, partition_key, data).await.map_err(|e| e.to_string())
+    async fn publish(
+        &self,
+        stream: &str,
+        partition_key: &str,
+        data: Bytes,
+    ) -> std::result::Result<(), crate::destination::DeliveryError> {
+        use crate::destination::{DeliveryError, is_validation_code};
+        self.put_record(stream, partition_key, data).await.map_err(|e| match &e {
+            KinesisError::Service { code, .. } if is_validation_code(code) => DeliveryError::Invalid(e.to_string()),
+            _ => DeliveryError::Unavailable(e.to_string()),
+        })
     }
 }
 

@@ -11,8 +11,9 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_row, encode_new,
-    encode_replacement, member_key, member_row_key, put_checkpoint, raw_key, stored_counter,
+    AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_requeue_secret,
+    decode_row, encode_new, encode_replacement, encode_requeue_row, member_key, member_row_key, put_checkpoint,
+    raw_key, requeue_key_row, stored_counter,
 };
 use super::settings::LeaseSettings;
 use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
@@ -282,6 +283,14 @@ impl GroupRows for MemoryLeaseStore {
     async fn remove_member(&self, member: &Member) -> Result<()> {
         self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member")
     }
+
+    async fn requeue_secret(&self) -> Result<String> {
+        let mut rows = self.table.rows();
+        let row = rows
+            .entry(requeue_key_row().to_string())
+            .or_insert_with(|| encode_requeue_row(&crate::dispatch::RequeueKey::random().to_hex()));
+        Ok(decode_requeue_secret(row)?)
+    }
 }
 
 #[async_trait]
@@ -312,5 +321,25 @@ impl LeaseStore for MemoryLeaseStore {
         drop(rows);
         self.observer.observe_page(&mut page, self.settings.clock.monotonic(), self.settings.duration);
         Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_requeue_secret_is_made_once_and_shared_by_the_table() {
+        let table = MemoryLeaseTable::new();
+        let (a, b) = (table.store(LeaseSettings::new("a")), table.store(LeaseSettings::new("b")));
+        let secret = a.requeue_secret().await.unwrap();
+        assert_eq!(secret.len(), 64);
+        assert_eq!(b.requeue_secret().await.unwrap(), secret, "every worker of the table reads the same key");
+        assert_eq!(a.requeue_secret().await.unwrap(), secret, "made once");
+        let page = a.list().await.unwrap();
+        assert!(page.leases.is_empty(), "the key's row is no lease");
+        assert!(page.terms.iter().any(|t| t.key == requeue_key_row()), "it is a term-shaped row");
+        let other = MemoryLeaseTable::new().store(LeaseSettings::new("a"));
+        assert_ne!(other.requeue_secret().await.unwrap(), secret, "another table, another key");
     }
 }

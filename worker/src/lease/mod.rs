@@ -164,6 +164,11 @@ pub trait GroupRows: Send + Sync {
     /// The counter of the group's change row, 0 when it is absent. Read eventually consistent (half
     /// the cost of a consistent read): it is a hint to read the whole table, never a judgement.
     async fn changes(&self) -> Result<u64>;
+
+    /// The group's requeue secret (64 hex digits, read strongly consistent), written at random by the
+    /// first worker that asks when the table has none: every worker of the consumer signs and checks
+    /// requeued copies with it.
+    async fn requeue_secret(&self) -> Result<String>;
 }
 
 /// One worker's view of a whole lease table: its shard rows, its group rows, and listings that read

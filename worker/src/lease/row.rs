@@ -48,6 +48,9 @@ pub mod attr {
     /// every lease it holds to the others, who leave it out of their fair shares. Written without
     /// moving the counter (the counter is the worker's own proof of life); the heartbeat leaves it be.
     pub const MEMBER_DRAINING: &str = "member_draining";
+    /// On the group's requeue-key row ([`requeue_key_row`](super::requeue_key_row)): the key requeued
+    /// copies are signed with, 64 hex digits (S). Written once, by the first worker that needs it.
+    pub const REQUEUE_SECRET: &str = "requeue_secret";
 }
 
 /// `lease_key` prefix of membership rows: one per live worker, `#worker:<owner>`, renewed like a lease
@@ -69,6 +72,33 @@ pub fn term_key(name: &str) -> LeaseKey {
 /// [`GroupRows::announce`](super::GroupRows::announce) moves.
 pub fn changes_key() -> LeaseKey {
     term_key("changes")
+}
+
+/// The key of the group's requeue-key row (`#term:requeue-key`): a term-shaped row nobody holds,
+/// holding [`attr::REQUEUE_SECRET`].
+pub fn requeue_key_row() -> LeaseKey {
+    term_key("requeue-key")
+}
+
+/// The attributes of a fresh requeue-key row holding `secret`.
+pub fn encode_requeue_row(secret: &str) -> Attributes {
+    let mut attrs = encode_new(&NewLease {
+        key: requeue_key_row(),
+        checkpoint: Checkpoint::TrimHorizon,
+        parent_shard_ids: vec![],
+        stream_created: None,
+    });
+    attrs.insert(attr::REQUEUE_SECRET.into(), AttrValue::S(secret.to_string()));
+    attrs
+}
+
+/// The secret of a requeue-key row as stored; a row without one is [`Malformed`].
+pub fn decode_requeue_secret(attrs: &Attributes) -> Result<String, Malformed> {
+    match string(attrs, attr::REQUEUE_SECRET) {
+        Ok(Some(secret)) => Ok(secret),
+        Ok(None) => Err(Malformed { key: raw_key(attrs), reason: "requeue_secret is missing".into() }),
+        Err(reason) => Err(Malformed { key: raw_key(attrs), reason }),
+    }
 }
 
 /// One attribute value, in the subset of DynamoDB's types a lease row uses.

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod fanout;
+pub mod moto;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};

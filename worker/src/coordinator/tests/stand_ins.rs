@@ -122,6 +122,10 @@ impl GroupRows for Severable {
         self.check()?;
         self.inner.changes().await
     }
+    async fn requeue_secret(&self) -> Result<String> {
+        self.check()?;
+        self.inner.requeue_secret().await
+    }
 }
 
 #[async_trait]

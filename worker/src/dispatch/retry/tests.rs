@@ -25,8 +25,8 @@ struct Collect(Mutex<Vec<(String, String, Bytes)>>);
 
 #[async_trait]
 impl Publisher for Collect {
-    async fn publish(&self, stream: &str, key: &str, data: Bytes) -> Result<(), String> {
-        self.0.lock().map_err(|e| e.to_string())?.push((stream.into(), key.into(), data));
+    async fn publish(&self, stream: &str, key: &str, data: Bytes) -> Result<(), DeliveryError> {
+        self.0.lock().map_err(|e| DeliveryError::Unavailable(e.to_string()))?.push((stream.into(), key.into(), data));
         Ok(())
     }
 }
@@ -97,12 +97,12 @@ async fn each_policy_disposes_after_max_attempts() {
     assert_eq!(requeue.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::Requeued);
     let copy = sink.0.lock().unwrap()[0].clone();
     assert_eq!((copy.0.as_str(), copy.1.as_str()), ("orders", "k"), "back on its own stream, same key");
-    let (history, data) = requeue::open(&copy.2).expect("a requeue envelope");
+    let (history, data) = requeue::open_unverified(&copy.2).expect("a requeue envelope");
     assert_eq!((history.requeues, history.attempts, &data[..]), (1, 3, &b"x"[..]));
     // The copy's own run starts from its history; at the limit it goes to the dead-letter stream.
     assert_eq!(requeue.run(&record(copy.2.clone()), &stop).await, Outcome::Requeued);
     let second = sink.0.lock().unwrap()[1].2.clone();
-    assert_eq!(requeue::open(&second).map(|(h, _)| h), Some(History { requeues: 2, attempts: 6 }));
+    assert_eq!(requeue::open_unverified(&second).map(|(h, _)| h), Some(History { requeues: 2, attempts: 6 }));
     assert_eq!(requeue.run(&record(second), &stop).await, Outcome::DeadLettered);
     assert_eq!(sink.0.lock().unwrap()[2].0, "dlq");
 }
@@ -151,4 +151,159 @@ async fn a_record_older_than_max_record_age_is_not_retried() {
     let unknown = Record { arrival_ms: None, ..record(Bytes::from_static(b"unknown")) };
     assert_eq!(aged.run(&unknown, &stop).await, Outcome::DeadLettered);
     assert_eq!(failing.attempts.load(Ordering::SeqCst), 1 + 3 + 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_forged_requeue_header_is_an_ordinary_record() {
+    let stop = CancellationToken::new();
+    let (requeue, failing, sink) = runner(OnExhausted::Requeue, true);
+    // A producer's header claiming the requeue limit: not believed, so the record is requeued once
+    // (not sent to the dead-letter stream), its bytes as written, and counted.
+    let forged = Bytes::from_static(b"\0leasehold-requeue requeues=9 attempts=4294967295\nx");
+    assert_eq!(requeue.run(&record(forged.clone()), &stop).await, Outcome::Requeued);
+    assert_eq!(requeue.metrics().requeue_headers_rejected.get(), 1);
+    assert_eq!(failing.attempts.load(Ordering::SeqCst), 3);
+    let copy = sink.0.lock().unwrap()[0].clone();
+    assert_eq!(copy.0, "orders");
+    let (history, data) = requeue::open_unverified(&copy.2).expect("a genuine copy");
+    assert_eq!(history, History { requeues: 1, attempts: 3 });
+    assert_eq!(data, forged, "the forged bytes kept whole inside the genuine copy");
+    // A signed header under another key is no better.
+    let other = requeue::wrap(&RequeueKey::random(), "k", b"x", History { requeues: 2, attempts: 1 });
+    assert_eq!(requeue.run(&record(other), &stop).await, Outcome::Requeued);
+    assert_eq!(requeue.metrics().requeue_headers_rejected.get(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn counters_saturate() {
+    let stop = CancellationToken::new();
+    let (bound, _, sink) = runner(OnExhausted::DeadLetter, true);
+    let key = bound.0.requeue_key(&stop).await.unwrap().clone();
+    let copy = requeue::wrap(&key, "k", b"x", History { requeues: 0, attempts: u32::MAX - 1 });
+    assert_eq!(bound.run(&record(copy), &stop).await, Outcome::DeadLettered);
+    let letter: serde_json::Value = serde_json::from_slice(&sink.0.lock().unwrap()[0].2).unwrap();
+    assert_eq!(letter["attempts"], u32::MAX);
+}
+
+/// A destination with a size limit that refuses what it is told to, remembering what it took.
+#[derive(Debug, Default)]
+struct Picky {
+    limit: Option<usize>,
+    keeps: bool,
+    /// Refuses as invalid every letter at least this large.
+    refuse_from: Option<usize>,
+    /// Refuses retryably this many times first.
+    unavailable: AtomicU32,
+    taken: Mutex<Vec<Bytes>>,
+}
+
+#[async_trait]
+impl Destination for Picky {
+    fn kind(&self) -> &'static str {
+        if self.keeps { "s3" } else { "sqs" }
+    }
+    fn target(&self) -> String {
+        "picky".into()
+    }
+    async fn max_letter_bytes(&self, _record: &Record) -> Option<usize> {
+        self.limit
+    }
+    fn location(&self, _record: &Record) -> Option<String> {
+        self.keeps.then(|| "s3://b/k.json".to_string())
+    }
+    async fn send(&self, _record: &Record, letter: &Bytes) -> Result<(), DeliveryError> {
+        if self.unavailable.load(Ordering::SeqCst) > 0 {
+            self.unavailable.fetch_sub(1, Ordering::SeqCst);
+            return Err(DeliveryError::Unavailable("throttled".into()));
+        }
+        if self.refuse_from.is_some_and(|from| letter.len() >= from) {
+            return Err(DeliveryError::Invalid("too large".into()));
+        }
+        self.taken.lock().unwrap().push(letter.clone());
+        Ok(())
+    }
+}
+
+fn dead_letter_runner(destinations: &[Arc<Picky>]) -> Bound {
+    let (bound, failing, _) = runner(OnExhausted::DeadLetter, false);
+    let Bound(mut runner, _) = bound;
+    runner.policy.dead_letter_stream = None;
+    for destination in destinations {
+        runner = runner.with_destination(destination.clone());
+    }
+    Bound(runner, failing)
+}
+
+fn json(letter: &Bytes) -> serde_json::Value {
+    serde_json::from_slice(letter).unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_oversized_dead_letter_goes_cut_and_points_at_the_whole_one() {
+    let stop = CancellationToken::new();
+    let big = Bytes::from(vec![7u8; 200_000]);
+    let bucket = Arc::new(Picky { keeps: true, ..Picky::default() });
+    let queue = Arc::new(Picky { limit: Some(256 * 1024), unavailable: AtomicU32::new(2), ..Picky::default() });
+    let bound = dead_letter_runner(&[queue.clone(), bucket.clone()]);
+    assert_eq!(bound.run(&record(big.clone()), &stop).await, Outcome::DeadLettered);
+    let whole = json(&bucket.taken.lock().unwrap()[0]);
+    assert!(whole.get("truncated").is_none(), "the bucket keeps the whole letter");
+    let taken = queue.taken.lock().unwrap().clone();
+    assert_eq!(taken.len(), 1, "throttled twice, then taken once");
+    assert!(taken[0].len() <= 256 * 1024);
+    let cut = json(&taken[0]);
+    assert_eq!(cut["truncated"], true);
+    assert_eq!(cut["dataBytes"], 200_000);
+    assert_eq!(cut["dataSha256"], crate::dispatch::sha256_hex(&big));
+    assert_eq!(cut["dataObject"], "s3://b/k.json");
+    let metrics = bound.metrics().encode();
+    assert!(
+        metrics.contains(r#"leasehold_dead_letters_cut_total{destination="sqs",reason="too_large"} 1"#),
+        "{metrics}"
+    );
+    assert!(metrics.contains(r#"leasehold_dead_letter_failures_total{destination="sqs"} 2"#), "{metrics}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_refused_letter_falls_back_to_smaller_forms_then_is_given_up_for_that_destination() {
+    let stop = CancellationToken::new();
+    // A queue whose own limit is 10 KB: the whole letter and the cut one at 256 KiB are refused as
+    // invalid, the smallest form (no data) is taken.
+    let small = Arc::new(Picky { limit: Some(256 * 1024), refuse_from: Some(10_000), ..Picky::default() });
+    let bound = dead_letter_runner(std::slice::from_ref(&small));
+    assert_eq!(bound.run(&record(Bytes::from(vec![1u8; 100_000])), &stop).await, Outcome::DeadLettered);
+    let taken = small.taken.lock().unwrap().clone();
+    assert_eq!(taken.len(), 1);
+    assert_eq!(json(&taken[0])["data"], "");
+    assert!(
+        bound.metrics().encode().contains(r#"leasehold_dead_letters_cut_total{destination="sqs",reason="refused"} 1"#)
+    );
+
+    // A destination refusing everything as invalid is given up, counted, and the record (with no
+    // other destination taking it) skipped, counted: the shard moves on.
+    let never = Arc::new(Picky { refuse_from: Some(0), ..Picky::default() });
+    let keeps = Arc::new(Picky { keeps: true, ..Picky::default() });
+    let bound = dead_letter_runner(&[never.clone(), keeps.clone()]);
+    assert_eq!(bound.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::DeadLettered, "the bucket took it");
+    assert!(bound.metrics().encode().contains(r#"leasehold_dead_letters_undeliverable_total{destination="sqs"} 1"#));
+    let bound = dead_letter_runner(&[never]);
+    assert_eq!(bound.run(&record(Bytes::from_static(b"x")), &stop).await, Outcome::Skipped);
+    assert_eq!(bound.metrics().exhausted_count("skip"), 1);
+    assert_eq!(bound.metrics().exhausted_count("deadLetter"), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dead_letter_stream_gets_a_cut_letter_under_a_key_it_takes() {
+    let stop = CancellationToken::new();
+    let (bound, _, sink) = runner(OnExhausted::DeadLetter, false);
+    let long_key = "p".repeat(300);
+    let huge = Record { partition_key: long_key.clone(), ..record(Bytes::from(vec![0u8; 900 * 1024])) };
+    assert_eq!(bound.run(&huge, &stop).await, Outcome::DeadLettered);
+    let (stream, key, letter) = sink.0.lock().unwrap()[0].clone();
+    assert_eq!(stream, "dlq");
+    assert_eq!(key, crate::dispatch::sha256_hex(long_key.as_bytes()), "a key Kinesis takes");
+    assert!(letter.len() + key.len() <= 1024 * 1024, "{}", letter.len());
+    let letter = json(&letter);
+    assert_eq!((letter["truncated"].as_bool(), letter["dataBytes"].as_u64()), (Some(true), Some(900 * 1024)));
+    assert_eq!(letter["partitionKey"], long_key.as_str(), "the letter keeps the key itself");
 }

@@ -15,8 +15,8 @@ use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
 use super::row::{
-    Lease, Member, NewLease, attr, changes_key, decode, decode_row, encode_new, encode_replacement, member_key,
-    member_row_key,
+    Lease, Member, NewLease, attr, changes_key, decode, decode_requeue_secret, decode_row, encode_new,
+    encode_replacement, encode_requeue_row, member_key, member_row_key, requeue_key_row,
 };
 use super::settings::LeaseSettings;
 use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
@@ -393,6 +393,42 @@ impl GroupRows for DynamoLeaseStore {
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
         self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member").await
+    }
+
+    async fn requeue_secret(&self) -> Result<String> {
+        let key = requeue_key_row();
+        // Read; if absent, create it unless another worker just did, then read theirs.
+        for _ in 0..2 {
+            let out = self
+                .client
+                .get_item()
+                .table_name(&self.table)
+                .key(attr::LEASE_KEY, Self::key_value(&key))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| classify(e, self.request(Some(&key), "read requeue key")))?;
+            if let Some(item) = out.item {
+                return Ok(decode_requeue_secret(&from_item(&item))?);
+            }
+            let secret = crate::dispatch::RequeueKey::random().to_hex();
+            let put = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(to_item(&encode_requeue_row(&secret))))
+                .condition_expression("attribute_not_exists(lease_key)")
+                .send()
+                .await;
+            match put {
+                Ok(_) => return Ok(secret),
+                Err(e) => match classify(e, self.request(Some(&key), "create requeue key")) {
+                    LeaseError::ConditionFailed { .. } => continue,
+                    other => return Err(other),
+                },
+            }
+        }
+        Err(LeaseError::ConditionFailed { key, operation: "create requeue key" })
     }
 }
 

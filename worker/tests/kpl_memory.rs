@@ -377,13 +377,15 @@ async fn peak_rise(shape: Shape) -> f64 {
         Some(users) => {
             let mut seen: HashMap<u32, &Event> = HashMap::new();
             for event in &of_aggregate {
-                let sub = event.sub_sequence.unwrap_or_else(|| panic!("{}: a user record without sub-sequence", shape.name));
+                let sub =
+                    event.sub_sequence.unwrap_or_else(|| panic!("{}: a user record without sub-sequence", shape.name));
                 assert!(seen.insert(sub, event).is_none(), "{}: user record {sub} delivered twice", shape.name);
             }
             assert_eq!(seen.len(), users.records.len(), "{}: every user record once", shape.name);
             let hashes: Vec<u128> = users.keys.iter().map(|k| partition_key_hash(k)).collect();
             for (sub, (key, data)) in users.records.iter().enumerate() {
-                let event = seen.get(&(sub as u32)).unwrap_or_else(|| panic!("{}: user record {sub} missing", shape.name));
+                let event =
+                    seen.get(&(sub as u32)).unwrap_or_else(|| panic!("{}: user record {sub} missing", shape.name));
                 assert_eq!((event.key_hash, &event.data), (hashes[*key], data), "{}: user record {sub}", shape.name);
             }
         }
@@ -400,7 +402,11 @@ async fn peak_rise(shape: Shape) -> f64 {
     drop(events);
     let corrupt = metric(&worker, "leasehold_records_not_deaggregated_total").await;
     assert_eq!(corrupt, if shape.users.is_none() { 1.0 } else { 0.0 }, "{}: counted as corrupt", shape.name);
-    assert!(rise <= LIMIT_MIB, "{}: peak RSS rose {rise:.1} MiB ({before:.1} -> {peak:.1}), over {LIMIT_MIB} MiB", shape.name);
+    assert!(
+        rise <= LIMIT_MIB,
+        "{}: peak RSS rose {rise:.1} MiB ({before:.1} -> {peak:.1}), over {LIMIT_MIB} MiB",
+        shape.name
+    );
     rise
 }
 

@@ -366,8 +366,13 @@ impl Aggregate {
         let explicit_hash_values = (0..explicit_hash_keys.len())
             .map(|i| explicit_hash_key_value(explicit_hash_keys.get(i)).unwrap_or(0))
             .collect();
-        let mut aggregate =
-            Aggregate { body: body.clone(), partition_keys, explicit_hash_keys, explicit_hash_values, slots: Vec::new() };
+        let mut aggregate = Aggregate {
+            body: body.clone(),
+            partition_keys,
+            explicit_hash_keys,
+            explicit_hash_values,
+            slots: Vec::new(),
+        };
         aggregate.slots.reserve_exact(records);
         // A protobuf error anywhere outranks a user record's fault, as when prost decodes it whole.
         let mut fault = None;
@@ -416,10 +421,11 @@ impl Aggregate {
             None => NO_EXPLICIT_HASH_KEY,
             Some(index) => {
                 let table_len = self.explicit_hash_keys.len();
-                let at = self
-                    .explicit_hash_keys
-                    .position(index)
-                    .ok_or(Corruption::ExplicitHashKeyIndex { record, index, table_len })?;
+                let at = self.explicit_hash_keys.position(index).ok_or(Corruption::ExplicitHashKeyIndex {
+                    record,
+                    index,
+                    table_len,
+                })?;
                 if !self.explicit_hash_keys.valid[at] {
                     return Err(Corruption::ExplicitHashKey { record, key: shown(self.explicit_hash_keys.get(at)) });
                 }
@@ -427,7 +433,12 @@ impl Aggregate {
             }
         };
         // Offsets within the body, which fits in 32 bits; so do table positions.
-        Ok(Slot { partition_key: partition_key as u32, explicit_hash_key, data_start: data_start as u32, data_len: data_len as u32 })
+        Ok(Slot {
+            partition_key: partition_key as u32,
+            explicit_hash_key,
+            data_start: data_start as u32,
+            data_len: data_len as u32,
+        })
     }
 
     /// How many user records it holds (at least one).
@@ -462,10 +473,7 @@ impl Aggregate {
         let partition_key = self.partition_keys.get(slot.partition_key as usize);
         let (explicit_hash_key, hash_key) = match slot.explicit_hash_key {
             NO_EXPLICIT_HASH_KEY => (None, partition_key_hash(partition_key)),
-            at => (
-                Some(self.explicit_hash_keys.get(at as usize).to_string()),
-                self.explicit_hash_values[at as usize],
-            ),
+            at => (Some(self.explicit_hash_keys.get(at as usize).to_string()), self.explicit_hash_values[at as usize]),
         };
         let start = slot.data_start as usize;
         Some(UserRecord {

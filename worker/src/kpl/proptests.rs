@@ -4,9 +4,9 @@
 //! the protobuf allows (so never more user records than the protobuf holds), the lazy view ([`open`])
 //! and the whole one ([`deaggregate`]) agreeing.
 
-use prost::encoding::{WireType, encode_key, encode_varint};
 use proptest::collection::vec;
 use proptest::prelude::*;
+use prost::encoding::{WireType, encode_key, encode_varint};
 
 use super::*;
 

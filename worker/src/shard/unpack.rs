@@ -101,7 +101,8 @@ impl Unpacker {
         let range = (aggregate.producer(&record.partition_key) == Producer::Kpl)
             .then(|| self.range.unwrap_or(HashKeyRange::FULL))
             .filter(|range| *range != HashKeyRange::FULL);
-        let inside = |index: usize| range.is_none_or(|range| aggregate.hash_key(index).is_some_and(|h| range.contains(h)));
+        let inside =
+            |index: usize| range.is_none_or(|range| aggregate.hash_key(index).is_some_and(|h| range.contains(h)));
         if range.is_some() {
             let skipped = (0..aggregate.len()).filter(|index| !inside(*index)).count();
             if skipped > 0 {

@@ -371,6 +371,7 @@ async fn peak_rise(shape: Shape) -> f64 {
         cpu_time(pid),
     );
 
+    let corrupt = metric(&worker, "leasehold_records_not_deaggregated_total").await;
     let events = sink.events.lock().unwrap();
     let of_aggregate: Vec<&Event> = events.iter().filter(|e| e.sequence == aggregate).collect();
     match &shape.users {
@@ -399,8 +400,6 @@ async fn peak_rise(shape: Shape) -> f64 {
         assert_eq!(events.iter().filter(|e| e.sequence == *plain).count(), 1, "plain record {plain} once");
     }
     assert_eq!(events.len(), expected + 2, "{}: nothing else delivered", shape.name);
-    drop(events);
-    let corrupt = metric(&worker, "leasehold_records_not_deaggregated_total").await;
     assert_eq!(corrupt, if shape.users.is_none() { 1.0 } else { 0.0 }, "{}: counted as corrupt", shape.name);
     assert!(
         rise <= LIMIT_MIB,

@@ -113,7 +113,7 @@ impl Unpacker {
         let first = done_through.map_or(0, |done| done + 1);
         // The last one delivered covers the whole aggregate, skipped user records after it too.
         let last = (first..aggregate.len()).rev().find(|index| inside(*index));
-        Expansion(Inner::Users(Users { record, sequence, aggregate, range, next: first, last }))
+        Expansion(Inner::Users(Box::new(Users { record, sequence, aggregate, range, next: first, last })))
     }
 }
 
@@ -123,8 +123,8 @@ pub(super) struct Expansion(Inner);
 enum Inner {
     /// A plain (or corrupt) record: itself, once.
     One(Option<(Record, Checkpoint)>),
-    /// An aggregate's user records.
-    Users(Users),
+    /// An aggregate's user records (boxed: one per Kinesis record, and four times a plain one's size).
+    Users(Box<Users>),
 }
 
 /// An aggregate being handed on.

@@ -16,7 +16,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use clap::Args;
-use leasehold_worker::internals::kpl::{Deaggregated, deaggregate};
+use leasehold_worker::internals::kpl::{Opened, open};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
@@ -212,8 +212,9 @@ async fn user_records(
         return Err(format!("no record {sequence} in {stream}/{shard}"));
     };
     let data = bytes::Bytes::from(record.data.into_inner());
-    Ok(Some(match deaggregate(&data) {
-        Deaggregated::Aggregate(users) => users.len(),
+    // `open` counts the user records without making them (a hostile aggregate holds ~175,000).
+    Ok(Some(match open(&data) {
+        Opened::Aggregate(users) => users.len(),
         _ => 1,
     }))
 }

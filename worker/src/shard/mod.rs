@@ -394,7 +394,7 @@ impl ShardReader {
                 let listed = self.drive(d, self.kinesis.hash_key_range(key.stream(), key.shard_id())).await?;
                 unpacker.set_range(listed);
             }
-            for (record, covers) in unpacker.expand(record, deaggregated) {
+            for (record, covers) in unpacker.unpack(record, deaggregated) {
                 if self.run.stop.is_cancelled() {
                     return self.stopped(d, cursor).await.map(Some);
                 }

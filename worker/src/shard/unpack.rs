@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::kpl::{self, Deaggregated, ForShard, HashKeyRange, Producer};
+use crate::kpl::{self, HashKeyRange, Opened, Producer};
 use crate::lease::Checkpoint;
 use crate::metrics::Metrics;
 use crate::processor::Record;
@@ -39,18 +39,18 @@ impl Unpacker {
         Self { enabled, resume, range: None, range_failed_at: None, corrupt_logged: false, metrics, shard }
     }
 
-    /// What `record`'s payload is (always plain with de-aggregation off).
-    pub(super) fn deaggregate(&self, record: &Record) -> Deaggregated {
-        if self.enabled { kpl::deaggregate(&record.data) } else { Deaggregated::Plain }
+    /// What `record`'s payload is (always plain with de-aggregation off), its user records not yet made.
+    pub(super) fn deaggregate(&self, record: &Record) -> Opened {
+        if self.enabled { kpl::open(&record.data) } else { Opened::Plain }
     }
 
     /// True when unpacking `record` needs the shard's hash key range first: a KPL aggregate, whose user
     /// records hashing outside the shard are skipped.
-    pub(super) fn wants_range(&self, record: &Record, deaggregated: &Deaggregated) -> bool {
-        let Deaggregated::Aggregate(users) = deaggregated else { return false };
+    pub(super) fn wants_range(&self, record: &Record, opened: &Opened) -> bool {
+        let Opened::Aggregate(aggregate) = opened else { return false };
         self.range.is_none()
             && self.range_failed_at.is_none_or(|at| at.elapsed() >= RANGE_RETRY)
-            && kpl::producer(&record.partition_key, users) == Producer::Kpl
+            && aggregate.producer(&record.partition_key) == Producer::Kpl
     }
 
     /// Takes the answer of ListShards for this shard. Until a range is known, KPL aggregates are
@@ -69,54 +69,122 @@ impl Unpacker {
         }
     }
 
-    /// The records to hand on for one Kinesis record, in order, each with the checkpoint covering it.
-    pub(super) fn expand(&mut self, record: Record, deaggregated: Deaggregated) -> Vec<(Record, Checkpoint)> {
+    /// The records to hand on for one Kinesis record, in order, each with the checkpoint covering it:
+    /// all of them at once (the unit tests' view of [`Unpacker::unpack`]).
+    #[cfg(test)]
+    pub(super) fn expand(&mut self, record: Record, opened: Opened) -> Vec<(Record, Checkpoint)> {
+        self.unpack(record, opened).collect()
+    }
+
+    /// The records to hand on for one Kinesis record, in order, each with the checkpoint covering it,
+    /// each made only when the reader takes it.
+    ///
+    /// Why lazily: an aggregate of 1 MiB can hold ~175,000 user records; made whole, with their keys and
+    /// the aggregate's stream, shard and sequence number copied into each `Record`, that is tens of MB
+    /// per Kinesis record. Taken one at a time, only the dispatcher's window of them exist at once.
+    pub(super) fn unpack(&mut self, record: Record, opened: Opened) -> Expansion {
         let resume = self.resume.take();
         let sequence = record.sequence_number.clone();
-        let users = match deaggregated {
-            Deaggregated::Plain => return vec![(record, Checkpoint::Sequence(sequence))],
-            Deaggregated::Corrupt(reason) => {
+        let aggregate = match opened {
+            Opened::Plain => return Expansion::one(record, sequence),
+            Opened::Corrupt(reason) => {
                 self.metrics.records_not_deaggregated.inc();
                 if !std::mem::replace(&mut self.corrupt_logged, true) {
                     tracing::warn!(shard = %self.shard, sequence = %sequence, reason = %reason,
                         "record has the KPL magic bytes but is not a readable aggregate; delivered whole (logged once per shard, counted in leasehold_records_not_deaggregated_total)");
                 }
-                return vec![(record, Checkpoint::Sequence(sequence))];
+                return Expansion::one(record, sequence);
             }
-            Deaggregated::Aggregate(users) => users,
+            Opened::Aggregate(aggregate) => aggregate,
         };
-        let range = self.range.unwrap_or(HashKeyRange::FULL);
-        let ForShard { deliver, skip } = kpl::for_shard(&record.partition_key, users, range);
-        if !skip.is_empty() {
-            self.metrics.skipped_user_records("outside_shard", skip.len() as u64);
+        // As `kpl::for_shard`: only a KPL aggregate's user records outside the shard are skipped.
+        let range = (aggregate.producer(&record.partition_key) == Producer::Kpl)
+            .then(|| self.range.unwrap_or(HashKeyRange::FULL))
+            .filter(|range| *range != HashKeyRange::FULL);
+        let inside =
+            |index: usize| range.is_none_or(|range| aggregate.hash_key(index).is_some_and(|h| range.contains(h)));
+        if range.is_some() {
+            let skipped = (0..aggregate.len()).filter(|index| !inside(*index)).count();
+            if skipped > 0 {
+                self.metrics.skipped_user_records("outside_shard", skipped as u64);
+            }
         }
-        let done_through = resume.filter(|(at, _)| *at == sequence).map(|(_, sub)| sub);
-        let deliver: Vec<_> =
-            deliver.into_iter().filter(|user| done_through.is_none_or(|done| user.sub_sequence > done)).collect();
-        let last = deliver.len().saturating_sub(1);
-        deliver
-            .into_iter()
-            .enumerate()
-            .map(|(i, user)| {
-                // The last one delivered covers the whole aggregate, skipped user records after it too.
-                let covers = if i == last {
-                    Checkpoint::Sequence(sequence.clone())
-                } else {
-                    Checkpoint::SubSequence { sequence: sequence.clone(), sub_sequence: user.sub_sequence }
-                };
-                let unpacked = Record {
-                    stream: record.stream.clone(),
-                    shard_id: record.shard_id.clone(),
-                    sequence_number: sequence.clone(),
-                    partition_key: user.partition_key,
-                    explicit_hash_key: user.explicit_hash_key,
-                    data: user.data,
-                    arrival_ms: record.arrival_ms,
-                    sub_sequence_number: Some(user.sub_sequence),
-                };
-                (unpacked, covers)
-            })
-            .collect()
+        let done_through = resume.filter(|(at, _)| *at == sequence).map(|(_, sub)| sub as usize);
+        let first = done_through.map_or(0, |done| done + 1);
+        // The last one delivered covers the whole aggregate, skipped user records after it too.
+        let last = (first..aggregate.len()).rev().find(|index| inside(*index));
+        Expansion(Inner::Users(Box::new(Users { record, sequence, aggregate, range, next: first, last })))
+    }
+}
+
+/// The records one Kinesis record gives the dispatcher, made as they are taken ([`Unpacker::unpack`]).
+pub(super) struct Expansion(Inner);
+
+enum Inner {
+    /// A plain (or corrupt) record: itself, once.
+    One(Option<(Record, Checkpoint)>),
+    /// An aggregate's user records (boxed: one per Kinesis record, and four times a plain one's size).
+    Users(Box<Users>),
+}
+
+/// An aggregate being handed on.
+struct Users {
+    /// The Kinesis record: its stream, shard, sequence number and arrival go into each user record.
+    record: Record,
+    sequence: String,
+    aggregate: kpl::Aggregate,
+    /// Set for a KPL aggregate on a shard not covering every hash key: user records outside it are
+    /// skipped.
+    range: Option<HashKeyRange>,
+    /// The next user record to consider.
+    next: usize,
+    /// The last one to deliver, which covers the whole aggregate; `None` when none is.
+    last: Option<usize>,
+}
+
+impl Expansion {
+    fn one(record: Record, sequence: String) -> Self {
+        Expansion(Inner::One(Some((record, Checkpoint::Sequence(sequence)))))
+    }
+}
+
+impl Iterator for Expansion {
+    type Item = (Record, Checkpoint);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let users = match &mut self.0 {
+            Inner::One(record) => return record.take(),
+            Inner::Users(users) => users,
+        };
+        let last = users.last?;
+        while users.next <= last {
+            let index = users.next;
+            users.next += 1;
+            let aggregate = &users.aggregate;
+            if let Some(range) = users.range
+                && !aggregate.hash_key(index).is_some_and(|h| range.contains(h))
+            {
+                continue;
+            }
+            let user = aggregate.get(index)?;
+            let covers = if index == last {
+                Checkpoint::Sequence(users.sequence.clone())
+            } else {
+                Checkpoint::SubSequence { sequence: users.sequence.clone(), sub_sequence: user.sub_sequence }
+            };
+            let unpacked = Record {
+                stream: users.record.stream.clone(),
+                shard_id: users.record.shard_id.clone(),
+                sequence_number: users.sequence.clone(),
+                partition_key: user.partition_key,
+                explicit_hash_key: user.explicit_hash_key,
+                data: user.data,
+                arrival_ms: users.record.arrival_ms,
+                sub_sequence_number: Some(user.sub_sequence),
+            };
+            return Some((unpacked, covers));
+        }
+        None
     }
 }
 

@@ -217,7 +217,7 @@ impl Runner {
         let mut attempt = 0u32;
         let mut delay = self.policy.backoff;
         loop {
-            attempt += 1;
+            attempt = attempt.saturating_add(1);
             let mut outputs = Outputs::default();
             let call = processor.process(record, &mut outputs);
             let processed = match super::stuck::watch(call, record, self.stuck_after, &self.metrics).await {
@@ -243,7 +243,8 @@ impl Runner {
             }
             let exhausted = attempt >= self.policy.max_attempts || !error.retryable || too_old;
             if exhausted && self.policy.on_exhausted != OnExhausted::Block {
-                let history = History { requeues: history.requeues, attempts: history.attempts + attempt };
+                let history =
+                    History { requeues: history.requeues, attempts: history.attempts.saturating_add(attempt) };
                 return self.dispose(record, history, &error, stop).await;
             }
             if exhausted && attempt == self.policy.max_attempts.max(1) {
@@ -256,7 +257,7 @@ impl Runner {
             if !pause(delay, stop).await {
                 return Outcome::Abandoned;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
+            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
             self.metrics.records_retried.inc();
         }
     }
@@ -323,7 +324,7 @@ impl Runner {
                 Outcome::Skipped
             }
             OnExhausted::Requeue => {
-                let copy = History { requeues: history.requeues + 1, attempts: history.attempts };
+                let copy = History { requeues: history.requeues.saturating_add(1), attempts: history.attempts };
                 let data = requeue::wrap(&record.data, copy);
                 if !self.publish(&record.stream, &record.partition_key, data, stop).await {
                     return Outcome::Abandoned;
@@ -390,7 +391,7 @@ impl Runner {
             if !pause(delay, stop).await {
                 return false;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
+            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
         }
     }
 
@@ -410,7 +411,7 @@ impl Runner {
             if !pause(delay, stop).await {
                 return false;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
+            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
         }
     }
 }

@@ -152,3 +152,16 @@ async fn a_record_older_than_max_record_age_is_not_retried() {
     assert_eq!(aged.run(&unknown, &stop).await, Outcome::DeadLettered);
     assert_eq!(failing.attempts.load(Ordering::SeqCst), 1 + 3 + 3);
 }
+
+#[tokio::test(start_paused = true)]
+async fn attempt_counts_carried_in_a_header_saturate_instead_of_overflowing() {
+    // A copy's header carries the attempts of earlier copies; a count near u32::MAX (a header written by
+    // someone else) must not overflow when this copy's attempts are added.
+    let stop = CancellationToken::new();
+    let (dead, failing, sink) = runner(OnExhausted::DeadLetter, true);
+    let data = requeue::wrap(b"x", History { requeues: 0, attempts: u32::MAX - 1 });
+    assert_eq!(dead.run(&record(data), &stop).await, Outcome::DeadLettered);
+    assert_eq!(failing.attempts.load(Ordering::SeqCst), 3, "its own attempts still run");
+    let letter: serde_json::Value = serde_json::from_slice(&sink.0.lock().unwrap()[0].2).expect("a JSON letter");
+    assert_eq!(letter["attempts"], u32::MAX, "saturated");
+}

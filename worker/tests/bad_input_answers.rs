@@ -13,7 +13,6 @@ use std::time::Duration;
 use base64::Engine;
 use common::*;
 use leasehold_testkit::kinesis::{put_records, read_all};
-use leasehold_testkit::process::wait_for;
 use leasehold_worker::processor::{HttpProcessor, Outputs, ShardProcessor};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};

@@ -26,13 +26,13 @@ fn peak_mib(pid: u32) -> f64 {
 
 /// A child that answers every message; on its first `processRecords` (a marker in `dir` remembers
 /// it, over restarts) it misbehaves as `mode` says before doing its work: `long` writes one line of
-/// 100 MB, `endless` a line that never ends, `noise` 5,000 lines of 2,000 characters that are not
-/// protocol messages. It logs `initialize` to `dir/initialized` and each record it completes to
-/// `dir/done`.
+/// 100 MB, `endless` a line that never ends (256 MiB, then it waits to be killed), `noise` 5,000
+/// lines of 2,000 characters that are not protocol messages. It logs `initialize` to
+/// `dir/initialized` and each record it completes to `dir/done`.
 fn child(dir: &Path, mode: &str) -> PathBuf {
     let script = dir.join("child.py");
     let body = format!(
-        r#"import base64, json, os, sys
+        r#"import base64, json, os, sys, time
 DIR = {dir:?}
 MODE = {mode:?}
 def send(obj):
@@ -52,9 +52,13 @@ for line in sys.stdin:
                     sys.stdout.write(chunk)
                 sys.stdout.write("\n"); sys.stdout.flush()
             elif MODE == "endless":
+                # No newline, ever; capped at 256 MiB so an unbounded reader fails the bound, not the
+                # machine. Then it waits to be killed.
                 chunk = "x" * 65536
-                while True:
+                for _ in range(4096):
                     sys.stdout.write(chunk)
+                sys.stdout.flush()
+                time.sleep(3600)
             elif MODE == "noise":
                 junk = "not json " * 222
                 for n in range(5000):

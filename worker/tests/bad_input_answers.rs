@@ -293,7 +293,7 @@ async fn a_receiver_cutting_its_answers_to_single_records_drops_no_outputs() {
         let encoded = base64::engine::general_purpose::STANDARD.encode(&request.body);
         let answer = serde_json::json!({"outputs": [{"data": encoded}]}).to_string().into_bytes();
         match cut {
-            true => Reply::Cut(answer, if sendings.0.len() % 2 == 0 { Ending::Reset } else { Ending::Close }),
+            true => Reply::Cut(answer, if sendings.0.len().is_multiple_of(2) { Ending::Reset } else { Ending::Close }),
             false => Reply::Whole(200, answer),
         }
     });
@@ -304,8 +304,7 @@ async fn a_receiver_cutting_its_answers_to_single_records_drops_no_outputs() {
     assert_running(&mut [&mut worker]);
     assert_outcome(&written, &outputs, &letters);
     assert_sendings(&seen, &written);
-    let seen = seen.lock().unwrap();
-    for (data, sendings) in seen.iter().filter(|(d, _)| !poison(d)) {
+    for (data, sendings) in seen.lock().unwrap().iter().filter(|(d, _)| !poison(d)) {
         assert_eq!(sendings.0.len(), 2, "{data}: the cut attempt, then one whole answer");
     }
     let processed = metric(&worker, "leasehold_records_processed_total").await;
@@ -376,8 +375,8 @@ async fn an_answer_over_the_limit_fails_the_call_and_is_named_in_the_log() {
     expected.sort();
     outputs.sort();
     assert_eq!(outputs, expected, "every record's output exactly once");
-    let seen = seen.lock().unwrap();
-    assert_eq!((seen["key-0:3"], seen["key-1:3"]), (2, 2), "each too-long answer failed its call, sent again");
+    let sent = |data: &str| seen.lock().unwrap()[data];
+    assert_eq!((sent("key-0:3"), sent("key-1:3")), (2, 2), "each too-long answer failed its call, sent again");
     let logs = worker.stderr_text();
     let named: Vec<&str> = logs.lines().filter(|l| l.contains("http answer unreadable; the call failed")).collect();
     assert_eq!(named.len(), 2, "each over-long answer logged once:\n{logs}");

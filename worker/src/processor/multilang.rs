@@ -28,7 +28,8 @@
 //!
 //! Lines from a child are read with a bounded reader: a line longer than [`MAX_LINE_BYTES`] (4 MiB)
 //! is a protocol error of that child, handled as a crash (killed, its records retried in a fresh one),
-//! and never held whole. A line that is not a protocol message (a stray `print`) is ignored and
+//! and never held whole. Blank lines are skipped (amazon_kclpy writes one before each message). A
+//! line that is not a protocol message (a stray `print`) is ignored and
 //! logged cut to a few hundred characters with its length, at most 20 per child per 10 s (the rest
 //! counted and the count logged).
 
@@ -261,6 +262,10 @@ impl Session {
                     Some(Err(LinesCodecError::Io(e))) => return Err(failed(format!("child stdout: {e}"))),
                     None => return Err(failed("child exited")),
                 };
+                // amazon_kclpy writes a blank line before each message: framing, not noise.
+                if line.bytes().all(|b| b.is_ascii_whitespace()) {
+                    continue;
+                }
                 let Ok(reply) = parse_message(line.as_bytes()) else {
                     self.noise.line(&line);
                     continue;

@@ -20,3 +20,14 @@ pub mod kpl {
 pub mod lease {
     pub use crate::lease::row::{AttrValue, Attributes, MEMBER_PREFIX, TERM_PREFIX, attr, changes_key, term_key};
 }
+
+/// The http processor's answer reader: a pure function of the body's bytes (fuzz targets call it).
+pub mod http {
+    pub use crate::processor::http::{Answer, AnswerError, AnswerOutput, Failed, MAX_ANSWER_BYTES, parse_answer};
+}
+
+/// The multilang processor's message reader: a pure function of one line's bytes (fuzz targets call
+/// it).
+pub mod multilang {
+    pub use crate::processor::multilang::{MAX_LINE_BYTES, Message, NotAMessage, parse_message};
+}

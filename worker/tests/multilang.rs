@@ -59,9 +59,20 @@ async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
     let mut worker = spawn(&config, "kclpy-1");
     let written = records(4, 0, 5);
     put_records(&kinesis, &stream, &written).await;
-    wait_for("the sample logs every record", Duration::from_secs(60), || {
-        worker.stderr_text().matches("Record (Partition Key:").count() >= written.len()
-    });
+    // The sample logs each record to stderr without a newline, so its last lines are only whole once
+    // the worker exits: wait instead until the worker has checkpointed the last record.
+    let dynamodb = leasehold_testkit::dynamodb_client().await;
+    let store = DynamoLeaseStore::new(dynamodb, table, LeaseSettings::new("viewer"));
+    let key = LeaseKey::new(stream.as_str(), "shardId-000000000000");
+    let all = leasehold_testkit::kinesis::read_all(&kinesis, &stream).await;
+    let last_sequence = all.last().expect("records").sequence_number.clone();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while store.get(&key).await.ok().flatten().map(|l| l.checkpoint)
+        != Some(Checkpoint::Sequence(last_sequence.clone()))
+    {
+        assert!(std::time::Instant::now() < deadline, "the last record never checkpointed:\n{}", worker.stderr_text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     // SIGTERM: the worker sends shutdownRequested; the sample checkpoints through the protocol.
     worker.signal("TERM");
     let status = worker.wait_exit(Duration::from_secs(30)).expect("exits");
@@ -75,11 +86,7 @@ async fn the_amazon_kclpy_sample_runs_unchanged_and_checkpoints() {
     sequences.sort_unstable();
     sequences.dedup();
     assert_eq!(sequences.len(), written.len(), "a record processed twice:\n{logs}");
-    let dynamodb = leasehold_testkit::dynamodb_client().await;
-    let store = DynamoLeaseStore::new(dynamodb, table, LeaseSettings::new("viewer"));
-    let lease = store.get(&LeaseKey::new(stream.as_str(), "shardId-000000000000")).await.unwrap().expect("row");
-    let all = leasehold_testkit::kinesis::read_all(&kinesis, &stream).await;
-    let last_sequence = all.last().expect("records").sequence_number.clone();
+    let lease = store.get(&key).await.unwrap().expect("row");
     assert_eq!(
         lease.checkpoint,
         Checkpoint::Sequence(last_sequence),

@@ -289,7 +289,7 @@ impl Runner {
             if !pause(delay, stop).await {
                 return Outcome::Abandoned;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
+            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
             self.metrics.records_retried.inc();
         }
     }
@@ -578,7 +578,7 @@ impl Runner {
             if !pause(delay, stop).await {
                 return Sent::Stopped;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
+            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
         }
     }
 
@@ -601,7 +601,7 @@ impl Runner {
             if !pause(delay, stop).await {
                 return Published::Stopped;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
+            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
         }
     }
 }

@@ -46,17 +46,35 @@
 //! `carryPartitionKey`. An entry may add `source` where ids repeat across streams; without it, it names
 //! every event of the batch with that id. Outputs belong to the event they name (and carry its
 //! partition key), in the order given; a failed event's outputs are dropped (it is retried and answers
-//! again). A 2xx body that is not a JSON object acknowledges all with no outputs; a JSON answer that
-//! cannot be read (an entry naming no event of the batch, an output without base64 `data`) fails
-//! every record of the batch permanently.
+//! again). A JSON answer naming things wrongly (an entry naming no event of the batch or no `id`, an
+//! output without base64 `data`, a list member that is not a list) fails every record of the batch
+//! permanently.
 //!
 //! Lambda's partial batch response, `{"batchItemFailures": [{"itemIdentifier": "<sequenceNumber>"}]}`,
-//! is read as well: the records with that sequence number (or CloudEvent id) failed, retryable; an
-//! entry naming no record of the batch fails the whole batch, retryable, as Lambda does.
+//! is read as well, with Lambda's rules: an empty or null list (or an empty or null answer) is complete
+//! success; the records with that sequence number (or CloudEvent id) failed, retryable; an entry with
+//! an empty, null, non-string or misspelt `itemIdentifier`, or naming no record of the batch, fails the
+//! whole batch, retryable.
+//!
+//! # What an answer is (both modes)
+//!
+//! - An answer is read whole, up to [`MAX_ANSWER_BYTES`] (6 MiB, Lambda's payload limit), within the
+//!   timeout. An answer that breaks off (the connection reset or closed before its `Content-Length`
+//!   or last chunk) or is longer than the limit is no answer: the whole call fails, retryably, and
+//!   `http answer unreadable; the call failed` is logged with the URL and why. In a batch this blames
+//!   the batch as a timeout does (`bisect` splits it).
+//! - A 2xx body that is empty or plain text (its first non-blank byte is not `{` or `[`) acknowledges
+//!   the record, or every record of the batch, with no outputs; so does JSON that is not an object.
+//! - A 2xx body starting with `{` or `[` must parse as JSON: one that does not (cut, or malformed)
+//!   fails the whole call, retryably. A body without `Content-Length` or chunks, ended by closing the
+//!   connection, cannot be told from a cut one; a cut JSON one still fails by this rule.
+//! - Text from the answer that reaches a log or an error (a non-2xx body, a name, an `error`) is cut
+//!   to a few hundred characters.
 //!
 //! With [`HttpBatching::bisect`], a batch failing whole (a non-2xx answer or no answer in time, not a
 //! transport error) is sent again as two halves, recursively, so a record fails only alone.
 
+mod answer;
 mod batch;
 
 use std::fmt::Write as _;
@@ -66,14 +84,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Uri, header};
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 
-use base64::Engine;
-
-use super::{Output, Outputs, ProcessError, Record, ShardProcessor};
+use super::{Output, Outputs, ProcessError, Record, ShardProcessor, foreign};
+pub use answer::{Answer, AnswerError, AnswerOutput, Failed, MAX_ANSWER_BYTES, parse_answer};
 use batch::Batcher;
 pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
 
@@ -108,16 +125,16 @@ struct Endpoint {
 }
 
 impl Endpoint {
-    /// Sends `request` and reads the whole answer, within the timeout. Transport failures and the
-    /// timeout are retryable errors.
+    /// Sends `request` and reads the whole answer, within the timeout. Transport failures, the
+    /// timeout and an answer that cannot be read whole are retryable errors.
     async fn exchange(&self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), ProcessError> {
         self.try_exchange(request).await.map_err(|failed| match failed {
-            Unanswered::Transport(error) | Unanswered::TimedOut(error) => error,
+            Unanswered::Transport(error) | Unanswered::TimedOut(error) | Unanswered::Unreadable(error) => error,
         })
     }
 
     /// [`exchange`](Self::exchange), telling a request that got no answer in time (the receiver may
-    /// have choked on it) from one that never reached the receiver.
+    /// have choked on it) or an unreadable one from one that never reached the receiver.
     async fn try_exchange(&self, request: Request<Full<Bytes>>) -> Result<(StatusCode, Bytes), Unanswered> {
         let exchange = async {
             let response = self
@@ -126,30 +143,68 @@ impl Endpoint {
                 .await
                 .map_err(|e| Unanswered::Transport(ProcessError::retryable(format!("{e:?}"))))?;
             let status = response.status();
-            // Reading the answer to its end lets the connection be reused.
-            let body = response.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            Ok((status, body))
+            let declared = response.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse().ok());
+            if let Some(length) = declared.filter(|length: &u64| *length > MAX_ANSWER_BYTES as u64) {
+                return Err(self.unreadable(status, &format!("it declares {length} bytes")));
+            }
+            // Read to its end (which lets the connection be reused), up to the limit. A body that
+            // breaks off (reset, closed before its Content-Length or last chunk) is no answer at all:
+            // taking it as empty would acknowledge what the receiver may have failed.
+            let body =
+                Limited::new(response.into_body(), MAX_ANSWER_BYTES).collect().await.map_err(|error| {
+                    match error.downcast_ref::<LengthLimitError>() {
+                        Some(_) => self.unreadable(status, "it is longer than that"),
+                        None => self.unreadable(status, &format!("it broke off: {}", error_chain(error.as_ref()))),
+                    }
+                })?;
+            Ok((status, body.to_bytes()))
         };
         tokio::time::timeout(self.timeout, exchange).await.map_err(|_| {
             Unanswered::TimedOut(ProcessError::retryable(format!("no answer within {:?}", self.timeout)))
         })?
     }
 
+    /// The failure of a call whose answer (with `status`) could not be read whole, logged once here
+    /// (the dispatcher logs and counts each record's failed attempt).
+    fn unreadable(&self, status: StatusCode, why: &str) -> Unanswered {
+        let message = format!(
+            "{} answered {status} but the answer could not be read within {MAX_ANSWER_BYTES} bytes ({why}): \
+             the call failed",
+            self.url
+        );
+        tracing::warn!(url = %self.url, %status, why, "http answer unreadable; the call failed");
+        Unanswered::Unreadable(ProcessError::retryable(message))
+    }
+
     /// The error for a non-2xx answer: permanent for the 4xx that reject the request, else retryable.
     fn failure(&self, status: StatusCode, body: &[u8]) -> ProcessError {
-        let text = String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
-        let message = format!("{} answered {status}: {text}", self.url);
+        let message = format!("{} answered {status}: {}", self.url, foreign::excerpt(body, 200));
         if rejects_record(status) { ProcessError::permanent(message) } else { ProcessError::retryable(message) }
     }
+}
+
+/// An error and its sources, `: `-separated (hyper's own message is only the outermost).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    foreign::short(&text)
 }
 
 /// Why an exchange brought no answer.
 #[derive(Debug)]
 enum Unanswered {
-    /// The request did not reach the receiver, or its answer was cut (connection refused or reset).
+    /// The request did not reach the receiver (connection refused or reset before an answer began).
     Transport(ProcessError),
     /// No answer within the timeout.
     TimedOut(ProcessError),
+    /// An answer began but could not be read whole: it broke off, or was longer than
+    /// [`MAX_ANSWER_BYTES`]. The receiver got the request, so (like a timeout) it may be to blame.
+    Unreadable(ProcessError),
 }
 
 impl HttpProcessor {
@@ -244,28 +299,23 @@ fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
 }
 
 /// Outputs in a 2xx answer: a JSON body `{"outputs": [{"data": "<base64>", "partitionKey": "k",
-/// "carryPartitionKey": true}]}` (both keys optional). Any other body emits nothing.
+/// "carryPartitionKey": true}]}` (both keys optional). An empty or plain-text body emits nothing; a
+/// body starting like JSON must parse (see [`parse_answer`]).
 fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
-    let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else { return Ok(Vec::new()) };
-    let Some(items) = answer.get("outputs").and_then(|o| o.as_array()) else { return Ok(Vec::new()) };
-    items.iter().map(|item| parse_output(item, record)).collect()
+    let answer = parse_answer(body).map_err(|e| e.into_process_error("the call"))?;
+    Ok(answer.outputs.iter().map(|item| to_output(item, record)).collect())
 }
 
 /// One entry of an answer's `outputs`, emitted while processing `record`.
-fn parse_output(item: &serde_json::Value, record: &Record) -> Result<Output, ProcessError> {
-    let data = item
-        .get("data")
-        .and_then(|d| d.as_str())
-        .and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok())
-        .ok_or_else(|| ProcessError::permanent("an output in the answer has no base64 `data`"))?;
-    let mut output = Output::new(data);
-    if let Some(key) = item.get("partitionKey").and_then(|k| k.as_str()) {
+fn to_output(item: &AnswerOutput, record: &Record) -> Output {
+    let mut output = Output::new(item.data.clone());
+    if let Some(key) = &item.partition_key {
         output = output.with_key(key);
     }
-    if item.get("carryPartitionKey").and_then(|c| c.as_bool()) == Some(true) {
+    if item.carry_partition_key {
         output = output.carrying_key_of(record);
     }
-    Ok(output)
+    output
 }
 
 /// True for the 4xx answers that mean "this record is refused" rather than "try later".

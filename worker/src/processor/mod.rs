@@ -2,8 +2,9 @@
 //! program brings its own by implementing [`ShardProcessor`] and handing the worker a
 //! [`ProcessorFactory`] that makes one per shard.
 
-mod http;
-mod multilang;
+mod foreign;
+pub(crate) mod http;
+pub(crate) mod multilang;
 mod output;
 mod record_json;
 mod stdout;

@@ -25,6 +25,13 @@
 //! checkpoints loses nothing either. A child that
 //! exits or does not answer within the timeout is killed; the records of that message are retried in a
 //! fresh child (initialized again), so nothing is lost.
+//!
+//! Lines from a child are read with a bounded reader: a line longer than [`MAX_LINE_BYTES`] (4 MiB)
+//! is a protocol error of that child, handled as a crash (killed, its records retried in a fresh one),
+//! and never held whole. Blank lines are skipped (amazon_kclpy writes one before each message). A
+//! line that is not a protocol message (a stray `print`) is ignored and
+//! logged cut to a few hundred characters with its length, at most 20 per child per 10 s (the rest
+//! counted and the count logged).
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -33,23 +40,134 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine;
+use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::AsyncWriteExt;
 use tokio::process::{Child, ChildStdin, ChildStdout};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
 
-use super::{Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart};
+use super::{Outputs, ProcessError, ProcessorFactory, Record, ShardProcessor, ShardStart, foreign};
 use crate::lease::{Checkpoint, LeaseKey};
+
+/// The longest line read from a child, in bytes (4 MiB). Protocol messages from a child (`status`,
+/// `checkpoint`) are a few hundred bytes; a longer line is a protocol error of that child: it is
+/// killed and its records retried in a fresh one, and the worker never holds more than this of it.
+pub const MAX_LINE_BYTES: usize = 4 * 1024 * 1024;
+
+/// Most non-protocol lines of one child logged per [`NOISE_WINDOW`]; the rest are counted, and the
+/// count logged when the window ends.
+const NOISE_LINES_LOGGED: u32 = 20;
+
+/// The window over which a child's non-protocol lines are rate-limited in the log.
+const NOISE_WINDOW: Duration = Duration::from_secs(10);
 
 /// One shard's child process.
 struct Session {
     child: Child,
     stdin: ChildStdin,
-    stdout: Lines<BufReader<ChildStdout>>,
+    stdout: FramedRead<ChildStdout, LinesCodec>,
     /// The last record sent to the child, (sequence, sub-sequence): the furthest it may checkpoint.
     delivered: Option<(String, u64)>,
     /// The child's last accepted checkpoint: it may not go back before it.
     checkpointed: Option<(String, u64)>,
+    /// Its non-protocol lines, rate-limited in the log.
+    noise: Noise,
+}
+
+/// A message a child writes, as [`parse_message`] reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    /// `{"action": "status", "responseFor": ...}`: the child finished the message named.
+    Status {
+        /// The action it answers (`responseFor`; empty when missing or not a string).
+        response_for: String,
+    },
+    /// `{"action": "checkpoint", "sequenceNumber": ..., "subSequenceNumber": ...}`: a checkpoint
+    /// request; either member null when missing.
+    Checkpoint {
+        /// `sequenceNumber` as sent (checked by the session).
+        sequence: Value,
+        /// `subSequenceNumber` as sent.
+        sub_sequence: Value,
+    },
+    /// A JSON object with another action, or none: ignored, as the KCL's daemon does.
+    Other {
+        /// Its `action`, when it is a string.
+        action: Option<String>,
+    },
+}
+
+/// Why a line from a child is not a protocol message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAMessage {
+    /// Not JSON, or JSON but not an object (a stray `print`, say).
+    #[error("not a JSON object")]
+    NotAnObject,
+}
+
+/// Reads one line (without its newline) a child wrote.
+pub fn parse_message(line: &[u8]) -> Result<Message, NotAMessage> {
+    let Ok(Value::Object(message)) = serde_json::from_slice::<Value>(line) else {
+        return Err(NotAMessage::NotAnObject);
+    };
+    let member = |name: &str| message.get(name).cloned().unwrap_or(Value::Null);
+    Ok(match message.get("action").and_then(Value::as_str) {
+        Some("status") => Message::Status {
+            response_for: message.get("responseFor").and_then(Value::as_str).unwrap_or_default().to_string(),
+        },
+        Some("checkpoint") => {
+            Message::Checkpoint { sequence: member("sequenceNumber"), sub_sequence: member("subSequenceNumber") }
+        }
+        other => Message::Other { action: other.map(str::to_string) },
+    })
+}
+
+/// A child's non-protocol lines: logged (cut) up to [`NOISE_LINES_LOGGED`] per [`NOISE_WINDOW`],
+/// counted beyond.
+struct Noise {
+    window_start: tokio::time::Instant,
+    logged: u32,
+    suppressed: u64,
+}
+
+impl Noise {
+    fn new() -> Self {
+        Self { window_start: tokio::time::Instant::now(), logged: 0, suppressed: 0 }
+    }
+
+    /// Notes a line that is not a protocol message.
+    fn line(&mut self, line: &str) {
+        self.tick();
+        if self.logged < NOISE_LINES_LOGGED {
+            self.logged += 1;
+            tracing::warn!(
+                line = foreign::short(line),
+                length = line.len(),
+                "multilang child wrote a line that is not a protocol message; ignored"
+            );
+        } else {
+            self.suppressed = self.suppressed.saturating_add(1);
+        }
+    }
+
+    /// Starts a new window once the current one has passed, logging the count of the last.
+    fn tick(&mut self) {
+        if self.window_start.elapsed() >= NOISE_WINDOW {
+            self.flush();
+            self.window_start = tokio::time::Instant::now();
+            self.logged = 0;
+        }
+    }
+
+    /// Logs how many lines were not logged, if any.
+    fn flush(&mut self) {
+        if self.suppressed > 0 {
+            tracing::warn!(suppressed = self.suppressed, window = ?NOISE_WINDOW,
+                "multilang child wrote more lines that are not protocol messages; not logged");
+            self.suppressed = 0;
+        }
+    }
 }
 
 /// Makes each shard's processor: a MultiLangDaemon-protocol child per shard.
@@ -111,8 +229,8 @@ impl Session {
             .map_err(|e| failed(format!("cannot start {program}: {e}")))?;
         let stdin = child.stdin.take().ok_or_else(|| failed("child has no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| failed("child has no stdout"))?;
-        let mut session =
-            Session { child, stdin, stdout: BufReader::new(stdout).lines(), delivered: None, checkpointed: None };
+        let stdout = FramedRead::new(stdout, LinesCodec::new_with_max_length(MAX_LINE_BYTES));
+        let mut session = Session { child, stdin, stdout, delivered: None, checkpointed: None, noise: Noise::new() };
         let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": sequence,
             "subSequenceNumber": sub_sequence});
         session.exchange(&initialize, "initialize", shared).await?;
@@ -134,34 +252,56 @@ impl Session {
         self.send(message).await?;
         let answered = tokio::time::timeout(timeout, async {
             loop {
-                let Some(line) = self.stdout.next_line().await.map_err(|e| failed(format!("child stdout: {e}")))?
-                else {
-                    return Err(failed("child exited"));
+                let line = match self.stdout.next().await {
+                    Some(Ok(line)) => line,
+                    Some(Err(LinesCodecError::MaxLineLengthExceeded)) => {
+                        return Err(failed(format!(
+                            "child wrote a line longer than {MAX_LINE_BYTES} bytes: a protocol error"
+                        )));
+                    }
+                    Some(Err(LinesCodecError::Io(e))) => return Err(failed(format!("child stdout: {e}"))),
+                    None => return Err(failed("child exited")),
                 };
-                let Ok(reply) = serde_json::from_str::<Value>(&line) else {
-                    tracing::warn!(line, "multilang child wrote a line that is not a protocol message; ignored");
+                // amazon_kclpy writes a blank line before each message: framing, not noise.
+                if line.bytes().all(|b| b.is_ascii_whitespace()) {
+                    continue;
+                }
+                let Ok(reply) = parse_message(line.as_bytes()) else {
+                    self.noise.line(&line);
                     continue;
                 };
-                match reply.get("action").and_then(Value::as_str) {
-                    Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => {
+                match reply {
+                    Message::Status { response_for: answered } if answered == response_for => {
+                        self.noise.tick();
                         return Ok(());
                     }
-                    Some("checkpoint") => {
+                    Message::Checkpoint { sequence, sub_sequence } => {
                         shared.checkpoint_requests.fetch_add(1, Ordering::Relaxed);
-                        let sequence = reply.get("sequenceNumber").cloned().unwrap_or(Value::Null);
-                        let sub_sequence = reply.get("subSequenceNumber").cloned().unwrap_or(Value::Null);
                         let error = self.accept_checkpoint(&sequence, &sub_sequence);
+                        let (shown, shown_sub) =
+                            (foreign::short(&sequence.to_string()), foreign::short(&sub_sequence.to_string()));
                         match error {
-                            None => tracing::info!(%sequence, %sub_sequence, "multilang child checkpoint acknowledged"),
+                            None => tracing::info!(
+                                sequence = shown,
+                                sub_sequence = shown_sub,
+                                "multilang child checkpoint acknowledged"
+                            ),
                             Some(error) => {
-                                tracing::warn!(%sequence, %sub_sequence, error, "multilang child checkpoint refused")
+                                tracing::warn!(
+                                    sequence = shown,
+                                    sub_sequence = shown_sub,
+                                    error,
+                                    "multilang child checkpoint refused"
+                                )
                             }
                         }
                         let ack = json!({"action": "checkpoint", "sequenceNumber": sequence,
                             "subSequenceNumber": sub_sequence, "error": error});
                         self.send(&ack).await?;
                     }
-                    other => tracing::debug!(?other, "multilang message ignored"),
+                    other => {
+                        tracing::debug!(message = foreign::short(&format!("{other:?}")), "multilang message ignored")
+                    }
                 }
             }
         })
@@ -203,6 +343,9 @@ impl Session {
 
     /// Closes stdin and waits briefly for the child to exit, then kills it.
     async fn close(mut self) {
+        self.noise.flush();
+        // Not reading its stdout any more: a child blocked writing (an over-long line) gets EPIPE.
+        drop(self.stdout);
         drop(self.stdin);
         if tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_err() {
             let _ = self.child.kill().await;
@@ -404,5 +547,65 @@ impl ShardProcessor for MultilangShard {
 
     async fn lease_lost(&self) {
         self.finish("leaseLost").await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocol_messages_are_read_from_a_line() {
+        assert_eq!(
+            parse_message(br#"{"action": "status", "responseFor": "processRecords"}"#),
+            Ok(Message::Status { response_for: "processRecords".into() })
+        );
+        assert_eq!(
+            parse_message(br#"{"action": "checkpoint", "sequenceNumber": "4959", "subSequenceNumber": 2}"#),
+            Ok(Message::Checkpoint { sequence: json!("4959"), sub_sequence: json!(2) })
+        );
+        assert_eq!(
+            parse_message(br#"{"action": "checkpoint"}"#),
+            Ok(Message::Checkpoint { sequence: Value::Null, sub_sequence: Value::Null }),
+            "no sequence number: everything sent"
+        );
+        assert_eq!(parse_message(br#"{"action": "status"}"#), Ok(Message::Status { response_for: String::new() }));
+        assert_eq!(parse_message(br#"{"action": 7}"#), Ok(Message::Other { action: None }));
+        assert_eq!(parse_message(br#"{"action": "hello"}"#), Ok(Message::Other { action: Some("hello".into()) }));
+    }
+
+    #[test]
+    fn anything_but_a_json_object_is_not_a_message() {
+        for line in [&b""[..], b"hello", b"[1]", b"\"status\"", b"{\"action\": \"status\"", b"\xff\xfe", b"null"] {
+            assert_eq!(parse_message(line), Err(NotAMessage::NotAnObject), "{:?}", String::from_utf8_lossy(line));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn noise_is_logged_up_to_a_limit_per_window() {
+        let mut noise = Noise::new();
+        for _ in 0..100 {
+            noise.line("junk");
+        }
+        assert_eq!((noise.logged, noise.suppressed), (NOISE_LINES_LOGGED, 100 - u64::from(NOISE_LINES_LOGGED)));
+        tokio::time::advance(NOISE_WINDOW).await;
+        noise.line("junk");
+        assert_eq!((noise.logged, noise.suppressed), (1, 0), "a new window: the count was logged");
+    }
+
+    #[tokio::test]
+    async fn lines_over_the_limit_are_an_error_and_never_held_whole() {
+        // The reader the session uses, over an in-memory pipe: a line past the limit is an error as soon
+        // as the limit is passed, whatever follows.
+        let (mut writer, reader) = tokio::io::duplex(64 * 1024);
+        let mut lines = FramedRead::new(reader, LinesCodec::new_with_max_length(1024));
+        tokio::spawn(async move {
+            writer.write_all(b"{\"action\": \"status\"}\n").await.unwrap();
+            // An endless line: stops only when the reader is dropped.
+            while writer.write_all(&[b'x'; 4096]).await.is_ok() {}
+        });
+        assert_eq!(lines.next().await.map(|l| l.ok()), Some(Some("{\"action\": \"status\"}".into())));
+        assert!(matches!(lines.next().await, Some(Err(LinesCodecError::MaxLineLengthExceeded))));
+        assert!(lines.read_buffer().len() <= 1024 + 8 * 1024, "held {} bytes", lines.read_buffer().len());
     }
 }

@@ -16,8 +16,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use futures::future::BoxFuture;
 
-use super::{EVENT_TYPE, Endpoint, Unanswered, attributes, event_id, event_source, event_time, parse_output};
-use crate::processor::{Output, ProcessError, Record};
+use super::answer::parse_answer;
+use super::{EVENT_TYPE, Endpoint, Unanswered, attributes, event_id, event_source, event_time, to_output};
+use crate::processor::{Output, ProcessError, Record, foreign};
 
 /// The content type of a batch (CloudEvents HTTP batched mode).
 pub const BATCH_CONTENT_TYPE: &str = "application/cloudevents-batch+json";
@@ -132,7 +133,7 @@ fn exchange<'a>(endpoint: &'a Endpoint, records: &'a [Record], bisect: bool) -> 
         let (error, blames_records) = match endpoint.try_exchange(request).await {
             Ok((status, body)) if status.is_success() => return outcomes(&body, records),
             Ok((status, body)) => (endpoint.failure(status, &body), true),
-            Err(Unanswered::TimedOut(error)) => (error, true),
+            Err(Unanswered::TimedOut(error) | Unanswered::Unreadable(error)) => (error, true),
             Err(Unanswered::Transport(error)) => (error, false),
         };
         if bisect && blames_records && records.len() > 1 {
@@ -180,42 +181,40 @@ fn outcomes(body: &[u8], records: &[Record]) -> Vec<Outcome> {
 }
 
 fn read_answer(body: &[u8], records: &[Record]) -> Result<Vec<Outcome>, ProcessError> {
+    let answer = parse_answer(body).map_err(|e| e.into_process_error("the whole batch"))?;
     let mut outcomes: Vec<Outcome> = vec![Ok(Vec::new()); records.len()];
-    let Ok(Value::Object(answer)) = serde_json::from_slice::<Value>(body) else { return Ok(outcomes) };
     // Indexed only when an entry names events (most answers name none).
     let events = OnceCell::new();
     let events = || events.get_or_init(|| Events::new(records));
-    for item in list(&answer, "outputs")? {
-        for i in events().named_by(item)? {
-            let output = parse_output(item, &records[i])?;
+    for item in answer.outputs {
+        for i in events().named_by(item.id.as_deref(), item.source.as_deref())? {
+            let output = to_output(&item, &records[i]);
             if let Ok(outputs) = &mut outcomes[i] {
                 outputs.push(output);
             }
         }
     }
-    for item in list(&answer, "failed")? {
-        let message = item.get("error").and_then(Value::as_str).unwrap_or("the receiver reported it failed");
-        let retryable = item.get("retryable").and_then(Value::as_bool).unwrap_or(true);
-        for i in events().named_by(item)? {
+    for item in &answer.failed {
+        let message = item.error.as_deref().map_or_else(|| "the receiver reported it failed".into(), foreign::short);
+        for i in events().named_by(item.id.as_deref(), item.source.as_deref())? {
             let error = format!("event {} failed in its batch: {message}", event_id(&records[i]));
-            outcomes[i] = Err(if retryable { ProcessError::retryable(error) } else { ProcessError::permanent(error) });
+            outcomes[i] =
+                Err(if item.retryable { ProcessError::retryable(error) } else { ProcessError::permanent(error) });
         }
     }
-    for item in list(&answer, "batchItemFailures")? {
-        // Lambda's partial batch response: an entry without a usable identifier, or naming no record of
-        // the batch, fails the whole batch (retryable), as Lambda treats it.
-        let id = item.get("itemIdentifier").and_then(Value::as_str).filter(|id| !id.is_empty()).ok_or_else(|| {
-            ProcessError::retryable("an entry of batchItemFailures has no itemIdentifier: the whole batch failed")
-        })?;
+    for id in &answer.item_failures {
+        // Lambda's partial batch response: an entry naming no record of the batch fails the whole
+        // batch (retryable), as Lambda treats it.
         let named: Vec<usize> = records
             .iter()
             .enumerate()
-            .filter(|(_, r)| r.sequence_number == id || event_id(r) == id)
+            .filter(|(_, r)| r.sequence_number == *id || event_id(r) == *id)
             .map(|(i, _)| i)
             .collect();
         if named.is_empty() {
             return Err(ProcessError::retryable(format!(
-                "batchItemFailures names {id:?}, which is not in the batch: the whole batch failed"
+                "batchItemFailures names {:?}, which is not in the batch: the whole batch failed",
+                foreign::short(id)
             )));
         }
         for i in named {
@@ -226,15 +225,6 @@ fn read_answer(body: &[u8], records: &[Record]) -> Result<Vec<Outcome>, ProcessE
         }
     }
     Ok(outcomes)
-}
-
-/// The entries of `answer[name]`: none when absent, an error when it is not a list.
-fn list<'a>(answer: &'a Map<String, Value>, name: &str) -> Result<&'a [Value], ProcessError> {
-    match answer.get(name) {
-        None | Some(Value::Null) => Ok(&[]),
-        Some(Value::Array(items)) => Ok(items),
-        Some(_) => Err(ProcessError::permanent(format!("`{name}` in the batch answer is not a list"))),
-    }
 }
 
 #[cfg(test)]
@@ -256,13 +246,11 @@ impl Events {
         Self { by_id }
     }
 
-    /// The positions of the events `item` names by `id` (and `source`, when given).
-    fn named_by(&self, item: &Value) -> Result<Vec<usize>, ProcessError> {
-        let id = item
-            .get("id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| ProcessError::permanent("an entry of the batch answer has no `id`"))?;
-        let source = item.get("source").and_then(Value::as_str);
+    /// The positions of the events an answer entry names by `id` (and `source`, when given).
+    fn named_by(&self, id: Option<&str>, source: Option<&str>) -> Result<Vec<usize>, ProcessError> {
+        let id = id.ok_or_else(|| {
+            ProcessError::permanent("an entry of the batch answer has no `id`: the whole batch failed")
+        })?;
         let found: Vec<usize> = self
             .by_id
             .get(id)
@@ -273,7 +261,8 @@ impl Events {
             .collect();
         if found.is_empty() {
             return Err(ProcessError::permanent(format!(
-                "the batch answer names event {id:?}, which is not in the batch"
+                "the batch answer names event {:?}, which is not in the batch: the whole batch failed",
+                foreign::short(id)
             )));
         }
         Ok(found)
@@ -374,6 +363,33 @@ mod tests {
         assert!(outcomes[0].is_ok() && outcomes[1].is_err(), "{outcomes:?}");
         let without_source = super::outcomes(br#"{"failed": [{"id": "shardId-000000000001-1"}]}"#, &records);
         assert!(without_source.iter().all(Result::is_err), "no source: every event with the id");
+    }
+
+    #[test]
+    fn a_cut_json_answer_fails_every_record_retryably() {
+        let records = [record("orders", "1", "a", b"x"), record("orders", "2", "b", b"y")];
+        let whole = r#"{"batchItemFailures": [{"itemIdentifier": "2"}]}"#;
+        for cut in 1..whole.len() {
+            let outcomes = outcomes(&whole.as_bytes()[..cut], &records);
+            assert!(outcomes.iter().all(|o| o.as_ref().is_err_and(|e| e.retryable)), "{cut}: {outcomes:?}");
+        }
+        let outcomes = outcomes(whole.as_bytes(), &records);
+        assert!(outcomes[0].is_ok() && outcomes[1].as_ref().is_err_and(|e| e.retryable), "{outcomes:?}");
+    }
+
+    #[test]
+    fn names_from_the_answer_are_cut_in_errors() {
+        let records = [record("orders", "1", "a", b"x")];
+        let long = "9".repeat(100_000);
+        for body in [
+            serde_json::json!({"batchItemFailures": [{"itemIdentifier": long}]}),
+            serde_json::json!({"failed": [{"id": long}]}),
+            serde_json::json!({"failed": [{"id": "shardId-000000000001-1", "error": long}]}),
+        ] {
+            let outcomes = outcomes(body.to_string().as_bytes(), &records);
+            let error = outcomes[0].as_ref().expect_err("failed");
+            assert!(error.message.len() < 1000, "{}", error.message.len());
+        }
     }
 
     #[test]

@@ -183,7 +183,8 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
                 "taking handoff notices"
             );
             let (inbox, gate) = inbox(advertised, secret, metrics.clone());
-            let serving = health::serve_router_with(listener, notice_route(gate), shutdown.clone(), notice_server_limits());
+            let serving =
+                health::serve_router_with(listener, notice_route(gate), shutdown.clone(), notice_server_limits());
             tokio::spawn(async move {
                 if let Err(e) = serving.await {
                     tracing::error!(error = %e, "handoff notice server failed");

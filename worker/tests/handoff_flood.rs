@@ -185,7 +185,8 @@ fn a_flood_of_bad_notices_is_refused_counted_and_logged_briefly() {
             // Signed by the group, but from a stranger, or about another stream: queued, then refused.
             let (body, signature) = signed(&notice(&format!("mallory-{round}"), now, &peers));
             expect("queued_not_member", post_notice(&address, Some(&signature), &body).await, 202);
-            let (body, signature) = signed(&notice("flood-b", now + 1_000, &["other-stream:shardId-000000000000".into()]));
+            let (body, signature) =
+                signed(&notice("flood-b", now + 1_000, &["other-stream:shardId-000000000000".into()]));
             expect("queued_foreign_stream", post_notice(&address, Some(&signature), &body).await, 202);
             // Oversized bodies.
             expect("too_large", post_notice(&address, None, &vec![b' '; MAX_BODY_BYTES + 1]).await, 413);
@@ -208,7 +209,17 @@ fn a_flood_of_bad_notices_is_refused_counted_and_logged_briefly() {
         let flood = flood_started.elapsed();
 
         // Every refusal is counted, by reason.
-        for reason in ["unsigned", "bad_key", "group_row", "malformed", "too_many_keys", "bad_signature", "stale", "replayed", "too_large"] {
+        for reason in [
+            "unsigned",
+            "bad_key",
+            "group_row",
+            "malformed",
+            "too_many_keys",
+            "bad_signature",
+            "stale",
+            "replayed",
+            "too_large",
+        ] {
             assert_eq!(refused(&target, reason).await, sent[reason] as f64, "refusals counted as {reason}");
         }
         let queued = (sent["queued_not_member"] + sent["queued_foreign_stream"]) as f64;

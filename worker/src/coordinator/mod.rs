@@ -29,11 +29,11 @@ use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
 pub use notices::HandoffInbox;
-use notices::{Handoffs, Peers};
 pub use notices::{
     HandoffNotice, HandoffSecret, MAX_BODY_BYTES, MAX_NOTICE_AGE, MAX_NOTICE_KEYS, NOTICE_PATH, Refusal,
     SIGNATURE_HEADER, SecretError, now_ms, parse_notice, sign_notice, verify_notice,
 };
+use notices::{Handoffs, Peers};
 #[cfg(feature = "cli")]
 pub use notices::{inbox, route as notice_route, server_limits as notice_server_limits};
 use outage::TableOutage;

@@ -130,7 +130,8 @@ impl HandoffSecret {
 
     /// The secret in the file at `path` (a mounted Secret's key).
     pub fn from_file(path: &std::path::Path) -> Result<Self, SecretError> {
-        let bytes = std::fs::read(path).map_err(|source| SecretError::Read { path: path.display().to_string(), source })?;
+        let bytes =
+            std::fs::read(path).map_err(|source| SecretError::Read { path: path.display().to_string(), source })?;
         Self::new(&bytes)
     }
 
@@ -226,7 +227,9 @@ impl Refusal {
     #[cfg(feature = "cli")]
     fn status(&self) -> StatusCode {
         match self {
-            Refusal::Unsigned | Refusal::BadSignature | Refusal::Stale(_) | Refusal::Replayed => StatusCode::UNAUTHORIZED,
+            Refusal::Unsigned | Refusal::BadSignature | Refusal::Stale(_) | Refusal::Replayed => {
+                StatusCode::UNAUTHORIZED
+            }
             Refusal::Busy => StatusCode::SERVICE_UNAVAILABLE,
             Refusal::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Refusal::NotMember(_) | Refusal::ForeignStream(_) | Refusal::OverShare(_) => StatusCode::FORBIDDEN,
@@ -275,7 +278,8 @@ pub fn verify_notice(
 ) -> Result<(HandoffNotice, [u8; 32]), Refusal> {
     let mac = secret.verify(body, signature.ok_or(Refusal::Unsigned)?)?;
     let notice = parse_notice(body)?;
-    let away = i64::try_from(now_ms).unwrap_or(i64::MAX).saturating_sub(i64::try_from(notice.sent_ms).unwrap_or(i64::MAX));
+    let away =
+        i64::try_from(now_ms).unwrap_or(i64::MAX).saturating_sub(i64::try_from(notice.sent_ms).unwrap_or(i64::MAX));
     if away.unsigned_abs() > MAX_NOTICE_AGE.as_millis() as u64 {
         return Err(Refusal::Stale(away));
     }
@@ -591,7 +595,8 @@ impl Coordinator {
         if self.settings.assigned.is_some() || self.share.2 {
             return;
         }
-        let mut allowance = self.handoffs.allowance(self.owner(), &notice.from, self.running.len() + self.requested.len());
+        let mut allowance =
+            self.handoffs.allowance(self.owner(), &notice.from, self.running.len() + self.requested.len());
         let mut seen = HashSet::new();
         for text in notice.leases {
             // Checked by the endpoint already; a key that is not one is never read.
@@ -773,14 +778,16 @@ mod tests {
     #[test]
     fn answers_say_queued_refused_or_full_and_count_each_refusal() {
         let (inbox, gate, metrics) = gate();
-        let (body, signature) = sign_notice(&notice("peer", NOW, &["s:shardId-000000000001"]), &secret()).expect("signed");
+        let (body, signature) =
+            sign_notice(&notice("peer", NOW, &["s:shardId-000000000001"]), &secret()).expect("signed");
         assert_eq!(gate.answer(Some(&signature), &body, NOW).0, StatusCode::ACCEPTED);
         assert_eq!(gate.answer(Some(&signature), &body, NOW).0, StatusCode::UNAUTHORIZED, "a copy is refused");
         assert_eq!(gate.answer(None, &body, NOW).0, StatusCode::UNAUTHORIZED);
         let garbage = secret().sign(b"{");
         assert_eq!(gate.answer(Some(&garbage), b"{", NOW).0, StatusCode::BAD_REQUEST);
         drop(inbox);
-        let (body, signature) = sign_notice(&notice("peer", NOW + 1, &["s:shardId-000000000001"]), &secret()).expect("signed");
+        let (body, signature) =
+            sign_notice(&notice("peer", NOW + 1, &["s:shardId-000000000001"]), &secret()).expect("signed");
         assert_eq!(gate.answer(Some(&signature), &body, NOW).0, StatusCode::SERVICE_UNAVAILABLE);
         let text = metrics.health().metrics_text().expect("metrics");
         for reason in ["replayed", "unsigned", "malformed", "busy"] {
@@ -804,7 +811,9 @@ mod tests {
         assert_eq!(inbox.notices.recv().await, Some(notice.clone()));
         let post = |body: Vec<u8>| {
             sender.client.request(
-                Request::post(format!("http://{address}{NOTICE_PATH}")).body(Full::new(Bytes::from(body))).expect("request"),
+                Request::post(format!("http://{address}{NOTICE_PATH}"))
+                    .body(Full::new(Bytes::from(body)))
+                    .expect("request"),
             )
         };
         assert_eq!(post(b"{".to_vec()).await.expect("answered").status(), StatusCode::UNAUTHORIZED);

@@ -143,7 +143,12 @@ pub async fn serve_router_with(
         };
         let Ok(permit) = open.clone().try_acquire_owned() else {
             if let Some(left_out) = throttle.allow("limit") {
-                tracing::warn!(?address, limit = limits.max_connections, left_out, "too many connections; closing new ones");
+                tracing::warn!(
+                    ?address,
+                    limit = limits.max_connections,
+                    left_out,
+                    "too many connections; closing new ones"
+                );
             }
             drop(stream);
             continue;

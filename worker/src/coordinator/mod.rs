@@ -197,15 +197,17 @@ impl Coordinator {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                // Before the scans, or a scan loop kept busy by a takeover starves them; renewals run
+                // on their own tasks and never wait here. Only notices signed by the group get this
+                // far (64 at most waiting), and one costs at most a read per row of this worker's
+                // share still to take: none once the share is full.
+                Some(notice) = self.handoffs.next() => self.take_noticed(notice).await,
                 _ = scan.tick() => self.tick().await,
                 _ = sleep_until_some(self.next_expiry) => self.tick().await,
                 _ = sleep_until_some(self.rescan_at) => {
                     self.rescan_at = None;
                     self.tick().await
                 }
-                // Last: a flood of notices never delays a scan (renewals run on their own tasks, and
-                // a notice costs at most one read per row of this worker's share).
-                Some(notice) = self.handoffs.next() => self.take_noticed(notice).await,
             }
         }
         // Stopped before leaving, so no beat recreates the row once it is deleted.

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
-    ObjectFieldSelector, PodSecurityContext, PodTemplateSpec, Probe, SeccompProfile, SecurityContext, Volume,
-    VolumeMount,
+    ObjectFieldSelector, PodSecurityContext, PodTemplateSpec, Probe, SeccompProfile, Secret, SecretVolumeSource,
+    SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -27,6 +27,15 @@ pub const CONFIG_VOLUME: &str = "worker-config";
 pub const CONFIG_DIR: &str = "/etc/leasehold";
 /// Port of the worker's /metrics, /healthz and /readyz.
 pub const WORKER_METRICS_PORT: i32 = 9090;
+/// Port of the worker's handoff notice endpoint (named `handoff`; a NetworkPolicy opens it to the
+/// consumer's own pods).
+pub const WORKER_HANDOFF_PORT: i32 = 9091;
+/// Key of the handoff secret in its Secret.
+pub const HANDOFF_SECRET_KEY: &str = "secret";
+/// Name of the pod volume carrying the handoff secret.
+pub const HANDOFF_SECRET_VOLUME: &str = "handoff-secret";
+/// Where the handoff secret is mounted in the worker container.
+pub const HANDOFF_SECRET_DIR: &str = "/etc/leasehold/handoff";
 /// Name of the worker container (a container of this name in `spec.template` is merged with it).
 pub const WORKER_CONTAINER: &str = "worker";
 
@@ -89,6 +98,29 @@ pub fn workers_name(consumer: &StreamConsumer) -> String {
 /// The label selector of every object the operator makes (Deployments, ConfigMaps): its watches see only
 /// those, not every Deployment and ConfigMap of the cluster.
 pub const OWNED_SELECTOR: &str = "app.kubernetes.io/managed-by=leasehold-operator";
+
+/// Name of the Secret holding the consumer's handoff secret, which its workers sign notices with.
+pub fn handoff_secret_name(consumer: &StreamConsumer) -> String {
+    format!("{}-handoff", consumer.name_any())
+}
+
+/// The Secret holding `secret` (random, made once: see `pipeline::apply`), owned by `consumer`.
+pub fn handoff_secret(consumer: &StreamConsumer, secret: String) -> Secret {
+    let mut metadata = owned_meta(consumer);
+    metadata.name = Some(handoff_secret_name(consumer));
+    Secret {
+        metadata,
+        type_: Some("Opaque".into()),
+        string_data: Some(BTreeMap::from([(HANDOFF_SECRET_KEY.to_string(), secret)])),
+        ..Secret::default()
+    }
+}
+
+/// A fresh handoff secret: 32 random bytes, hex.
+pub fn new_handoff_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// Labels on every worker pod of `consumer`.
 pub fn worker_labels(consumer: &StreamConsumer) -> BTreeMap<String, String> {
@@ -215,9 +247,18 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
     if container.image.is_none() {
         container.image = Some(image.into());
     }
-    // The pod name is a stable owner id: a restarted pod retakes its own leases at once.
-    container.args =
-        Some(vec!["--config".into(), format!("{CONFIG_DIR}/{CONFIG_KEY}"), "--owner-id".into(), "$(POD_NAME)".into()]);
+    // The pod name is a stable owner id: a restarted pod retakes its own leases at once. Handoff
+    // notices are taken on a port of their own, signed with the consumer's secret.
+    container.args = Some(vec![
+        "--config".into(),
+        format!("{CONFIG_DIR}/{CONFIG_KEY}"),
+        "--owner-id".into(),
+        "$(POD_NAME)".into(),
+        "--handoff-addr".into(),
+        format!("0.0.0.0:{WORKER_HANDOFF_PORT}"),
+        "--handoff-secret-file".into(),
+        format!("{HANDOFF_SECRET_DIR}/{HANDOFF_SECRET_KEY}"),
+    ]);
     let mut env = container.env.take().unwrap_or_default();
     env.retain(|e| e.name != "POD_NAME" && e.name != "POD_IP");
     env.push(pod_field("POD_NAME", "metadata.name"));
@@ -225,10 +266,16 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
     env.push(pod_field("POD_IP", "status.podIP"));
     container.env = Some(env);
     let mut mounts = container.volume_mounts.take().unwrap_or_default();
-    mounts.retain(|m| m.name != CONFIG_VOLUME);
+    mounts.retain(|m| m.name != CONFIG_VOLUME && m.name != HANDOFF_SECRET_VOLUME);
     mounts.push(VolumeMount {
         name: CONFIG_VOLUME.into(),
         mount_path: CONFIG_DIR.into(),
+        read_only: Some(true),
+        ..VolumeMount::default()
+    });
+    mounts.push(VolumeMount {
+        name: HANDOFF_SECRET_VOLUME.into(),
+        mount_path: HANDOFF_SECRET_DIR.into(),
         read_only: Some(true),
         ..VolumeMount::default()
     });
@@ -240,6 +287,13 @@ fn worker_container(base: Option<Container>, image: &str) -> Container {
         ports.push(ContainerPort {
             name: Some("metrics".into()),
             container_port: WORKER_METRICS_PORT,
+            ..ContainerPort::default()
+        });
+    }
+    if !ports.iter().any(|p| p.name.as_deref() == Some("handoff")) {
+        ports.push(ContainerPort {
+            name: Some("handoff".into()),
+            container_port: WORKER_HANDOFF_PORT,
             ..ContainerPort::default()
         });
     }
@@ -278,10 +332,18 @@ pub fn deployment(
     containers.insert(0, worker_container(base, image));
     pod.containers = containers;
     let mut volumes = pod.volumes.take().unwrap_or_default();
-    volumes.retain(|v| v.name != CONFIG_VOLUME);
+    volumes.retain(|v| v.name != CONFIG_VOLUME && v.name != HANDOFF_SECRET_VOLUME);
     volumes.push(Volume {
         name: CONFIG_VOLUME.into(),
         config_map: Some(ConfigMapVolumeSource { name: workers_name(consumer), ..ConfigMapVolumeSource::default() }),
+        ..Volume::default()
+    });
+    volumes.push(Volume {
+        name: HANDOFF_SECRET_VOLUME.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(handoff_secret_name(consumer)),
+            ..SecretVolumeSource::default()
+        }),
         ..Volume::default()
     });
     pod.volumes = Some(volumes);
@@ -398,8 +460,22 @@ mod tests {
         assert_eq!(worker.image.as_deref(), Some("leasehold/worker:1"));
         assert_eq!(
             worker.args.as_ref().unwrap(),
-            &["--config", "/etc/leasehold/worker.yaml", "--owner-id", "$(POD_NAME)"]
+            &[
+                "--config",
+                "/etc/leasehold/worker.yaml",
+                "--owner-id",
+                "$(POD_NAME)",
+                "--handoff-addr",
+                "0.0.0.0:9091",
+                "--handoff-secret-file",
+                "/etc/leasehold/handoff/secret"
+            ]
         );
+        let handoff = worker.ports.as_ref().unwrap().iter().find(|p| p.name.as_deref() == Some("handoff"));
+        assert_eq!(handoff.map(|p| p.container_port), Some(WORKER_HANDOFF_PORT), "a named port for NetworkPolicies");
+        let secret = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == HANDOFF_SECRET_VOLUME).unwrap();
+        assert_eq!(secret.secret.as_ref().unwrap().secret_name.as_deref(), Some("orders-handoff"));
+        assert!(worker.volume_mounts.as_ref().unwrap().iter().any(|m| m.mount_path == HANDOFF_SECRET_DIR));
         assert_eq!(pod.automount_service_account_token, Some(false), "workers get no API token");
         assert_eq!(worker.ports.as_ref().unwrap()[0].container_port, WORKER_METRICS_PORT);
         let readiness = worker.readiness_probe.as_ref().unwrap().http_get.as_ref().unwrap();
@@ -447,6 +523,18 @@ mod tests {
         assert_eq!(capabilities.add, Some(vec!["NET_BIND_SERVICE".to_string()]));
         assert_eq!(capabilities.drop, Some(vec!["ALL".to_string()]));
         assert_eq!(security.seccomp_profile.unwrap().type_, "RuntimeDefault");
+    }
+
+    #[test]
+    fn the_handoff_secret_is_random_and_owned_by_its_consumer() {
+        let c = consumer(BASE);
+        let (a, b) = (new_handoff_secret(), new_handoff_secret());
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 64, "32 bytes, hex");
+        let secret = handoff_secret(&c, a.clone());
+        assert_eq!(secret.metadata.name.as_deref(), Some("orders-handoff"));
+        assert_eq!(secret.metadata.owner_references.as_ref().unwrap()[0].uid, "uid-1");
+        assert_eq!(secret.string_data.unwrap()[HANDOFF_SECRET_KEY], a);
     }
 
     #[test]

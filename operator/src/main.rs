@@ -78,6 +78,10 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    // Every connection holds a descriptor; the soft limit is often 1,024 of a far larger hard one.
+    if let Err(e) = health::raise_fd_limit() {
+        tracing::warn!(error = %e, "cannot raise the open files limit");
+    }
     let shutdown = CancellationToken::new();
     let settings = Settings {
         worker_image: args.worker_image,

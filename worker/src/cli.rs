@@ -14,7 +14,7 @@ use clap::Parser;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::WorkerConfig;
-use crate::coordinator::{inbox, notice_route};
+use crate::coordinator::{HandoffSecret, inbox, notice_route, notice_server_limits};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::signals::Signals;
@@ -30,12 +30,21 @@ struct Args {
     /// Lease owner id (default: spec.ownerId, else a fresh id per process).
     #[arg(long)]
     owner_id: Option<String>,
-    /// Address of /metrics, /healthz and /readyz (port 0: any free port, logged at start), and of the
-    /// handoff notices peers send when they shut down.
+    /// Address of /metrics, /healthz and /readyz (port 0: any free port, logged at start).
     #[arg(long, default_value = "0.0.0.0:9090")]
     metrics_addr: SocketAddr,
-    /// `host:port` at which peers reach this worker's endpoints (default: the bound address, or
-    /// `$POD_IP` with its port when bound to every interface; none: peers rely on their scans).
+    /// Address of the endpoint taking the handoff notices peers send when they shut down, a port of
+    /// its own so a NetworkPolicy can open it to the group alone (port 0: any free port, logged at
+    /// start). Served only with a handoff secret.
+    #[arg(long, env = "LEASEHOLD_HANDOFF_ADDR", default_value = "0.0.0.0:9091")]
+    handoff_addr: SocketAddr,
+    /// File holding the consumer's handoff secret (at least 16 bytes; every worker of the group has
+    /// the same): notices are signed and checked with it. Without one, notices are off and freed rows
+    /// are found by the scans.
+    #[arg(long, env = "LEASEHOLD_HANDOFF_SECRET_FILE")]
+    handoff_secret_file: Option<PathBuf>,
+    /// `host:port` at which peers reach this worker's handoff endpoint (default: the bound address,
+    /// or `$POD_IP` with its port when bound to every interface; none: peers rely on their scans).
     #[arg(long, env = "LEASEHOLD_ADVERTISE_ADDR")]
     advertise_addr: Option<String>,
     /// Log format on standard error.
@@ -127,6 +136,18 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             return ExitCode::from(2);
         }
     };
+    let secret = match args.handoff_secret_file.as_deref().map(HandoffSecret::from_file).transpose() {
+        Ok(secret) => secret,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // Every connection and shard holds descriptors; the soft limit is often 1,024 of a far larger hard one.
+    match health::raise_fd_limit() {
+        Ok(limit) => tracing::debug!(limit, "open files limit"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
     let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {
         Ok(listener) => listener,
         Err(e) => {
@@ -134,24 +155,50 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
             return ExitCode::FAILURE;
         }
     };
-    let bound = listener.local_addr().ok();
-    if let Some(address) = bound {
+    if let Ok(address) = listener.local_addr() {
         tracing::info!(address = %address, "serving /metrics, /healthz and /readyz");
     }
-    let advertised = args.advertise_addr.or_else(|| bound.and_then(|b| advertised(b, std::env::var("POD_IP").ok())));
-    tracing::info!(address = advertised.as_deref().unwrap_or("-"), "taking handoff notices");
-    let (inbox, notices) = inbox(advertised);
-    let notices = notice_route(notices);
     let metrics = Arc::new(Metrics::default());
-    let app = health::router(metrics.health(), shutdown.clone()).merge(notices);
-    let serving = health::serve_router(listener, app, shutdown.clone());
+    let serving = health::serve_router(listener, health::router(metrics.health(), shutdown.clone()), shutdown.clone());
     tokio::spawn(async move {
         if let Err(e) = serving.await {
             tracing::error!(error = %e, "/metrics server failed");
         }
     });
+    let inbox = match secret {
+        Some(secret) => {
+            let listener = match tokio::net::TcpListener::bind(args.handoff_addr).await {
+                Ok(listener) => listener,
+                Err(e) => {
+                    tracing::error!(address = %args.handoff_addr, error = %e, "cannot listen for handoff notices");
+                    return ExitCode::FAILURE;
+                }
+            };
+            let bound = listener.local_addr().ok();
+            let advertised =
+                args.advertise_addr.or_else(|| bound.and_then(|b| advertised(b, std::env::var("POD_IP").ok())));
+            tracing::info!(
+                address = bound.map(|b| b.to_string()).unwrap_or_default(),
+                advertised = advertised.as_deref().unwrap_or("-"),
+                "taking handoff notices"
+            );
+            let (inbox, gate) = inbox(advertised, secret, metrics.clone());
+            let serving =
+                health::serve_router_with(listener, notice_route(gate), shutdown.clone(), notice_server_limits());
+            tokio::spawn(async move {
+                if let Err(e) = serving.await {
+                    tracing::error!(error = %e, "handoff notice server failed");
+                }
+            });
+            Some(inbox)
+        }
+        None => {
+            tracing::info!("handoff notices off (no --handoff-secret-file): freed rows are found by the scans");
+            None
+        }
+    };
     let worker = runtime::Worker { config, owner, processors, metrics, shutdown };
-    match runtime::run_taking_notices(worker, Some(inbox)).await {
+    match runtime::run_taking_notices(worker, inbox).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = %e, "worker failed");

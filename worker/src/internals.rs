@@ -31,3 +31,12 @@ pub mod http {
 pub mod multilang {
     pub use crate::processor::multilang::{MAX_LINE_BYTES, Message, NotAMessage, parse_message};
 }
+
+/// Handoff notices: the signed format, for tests that send notices and for fuzz targets
+/// ([`parse_notice`](handoff::parse_notice) reads a body with no signature, clock or membership).
+pub mod handoff {
+    pub use crate::coordinator::{
+        HandoffNotice, HandoffSecret, MAX_BODY_BYTES, MAX_NOTICE_AGE, MAX_NOTICE_KEYS, NOTICE_PATH, Refusal,
+        SIGNATURE_HEADER, SecretError, now_ms, parse_notice, sign_notice, verify_notice,
+    };
+}

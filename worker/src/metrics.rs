@@ -65,7 +65,8 @@ pub struct Metrics {
     /// Leases this worker handed over to the worker that asked for them (cooperative handoff).
     pub(crate) lease_handoffs: Counter,
     /// Handoff notices (rows freed at shutdown, told to a peer), by `event`: `sent`, `unsent` (the
-    /// peer did not take it; the scans find the rows), `received`, `taken` (a row noticed and taken).
+    /// peer did not take it; the scans find the rows), `received`, `taken` (a row noticed and taken),
+    /// `refused` (with a `reason`: a notice, or a row of one, not taken).
     pub(crate) handoff_notices: Family<Labels, Counter>,
     /// Checkpoints written.
     pub(crate) checkpoints_written: Counter,
@@ -210,7 +211,7 @@ impl Metrics {
         );
         self.registry.register(
             "handoff_notices",
-            "Handoff notices by event: sent, unsent (left to the scans), received, taken (a noticed row taken)",
+            "Handoff notices by event: sent, unsent (left to the scans), received, taken (a noticed row taken), refused (by reason)",
             self.handoff_notices.clone(),
         );
         self.registry.register("checkpoints_written", "Checkpoints written", self.checkpoints_written.clone());
@@ -345,6 +346,12 @@ impl Metrics {
     /// Counts a handoff notice `event` (see `handoff_notices`).
     pub(crate) fn handoff_noticed(&self, event: &'static str) {
         self.handoff_notices.get_or_create(&label("event", event)).inc();
+    }
+
+    /// Counts a handoff notice (or a row of one) refused for `reason`.
+    pub(crate) fn handoff_refused(&self, reason: &'static str) {
+        let labels = vec![("event", "refused".to_string()), ("reason", reason.to_string())];
+        self.handoff_notices.get_or_create(&labels).inc();
     }
 
     /// Counts a check of a quiet fan-out shard's end, by `outcome`.

@@ -139,7 +139,7 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
     let mut coordinator =
         Coordinator::new(store, Arc::new(KinesisShards::new(kinesis, sync)), Arc::new(runner), processors, settings);
     if let Some(inbox) = inbox {
-        coordinator = coordinator.with_handoff_inbox(inbox);
+        coordinator = coordinator.with_handoff_inbox(inbox.for_streams(config.selection.clone()));
     }
     metrics.set_ready(true);
     coordinator.run(shutdown).await;

@@ -1,14 +1,14 @@
 //! Stage 5, apply: the built ConfigMap and Deployment by server-side apply under [`FIELD_MANAGER`].
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Patch, PatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use leasehold_crds::StreamConsumer;
 
 use crate::FIELD_MANAGER;
-use crate::build::Desired;
+use crate::build::{Desired, handoff_secret, handoff_secret_name, new_handoff_secret};
 use crate::context::Context;
 use crate::error::{Error, Result};
 
@@ -19,6 +19,7 @@ pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired, 
     let params = PatchParams::apply(FIELD_MANAGER).force();
     let name = desired.name();
     let failed = |kind: &'static str| move |source| Error::Apply { object: format!("{kind}/{name}"), source };
+    ensure_handoff_secret(consumer, ctx, &namespace).await?;
     Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
         .patch(name, &params, &Patch::Apply(&desired.config_map))
         .await
@@ -39,4 +40,24 @@ pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired, 
         ctx.publish_action(consumer, EventType::Normal, "Scaled", &action, note).await;
     }
     Ok(applied.status.and_then(|s| s.ready_replicas).unwrap_or(0))
+}
+
+/// Creates the consumer's handoff secret unless it exists: made once, random, and never overwritten
+/// (the running workers sign with it; a new one would refuse their notices until they all restart).
+async fn ensure_handoff_secret(consumer: &StreamConsumer, ctx: &Context, namespace: &str) -> Result<()> {
+    let name = handoff_secret_name(consumer);
+    let failed = |source| Error::Apply { object: format!("Secret/{name}"), source };
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), namespace);
+    if secrets.get_metadata_opt(&name).await.map_err(failed)?.is_some() {
+        return Ok(());
+    }
+    match secrets.create(&PostParams::default(), &handoff_secret(consumer, new_handoff_secret())).await {
+        Ok(_) => {
+            tracing::info!(secret = name, "handoff secret created");
+            Ok(())
+        }
+        // Another reconcile made it first: theirs stands.
+        Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
+        Err(e) => Err(failed(e)),
+    }
 }

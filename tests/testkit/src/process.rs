@@ -1,10 +1,10 @@
 //! Worker processes for end-to-end tests: spawn the real binary with a config file, collect what it
 //! prints (records on stdout, JSON logs on stderr) with the time each line arrived, and signal it.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -31,6 +31,23 @@ pub struct Delivery {
 
 type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
 
+/// The handoff secret every worker a test starts gets (`--handoff-secret-file`), so the groups tests
+/// start sign their notices and take each other's.
+pub const TEST_HANDOFF_SECRET: &str = "leasehold-test-handoff-secret-0123456789";
+
+/// The file holding [`TEST_HANDOFF_SECRET`], written once (by rename, so no worker reads it half written).
+pub fn test_handoff_secret_file() -> PathBuf {
+    let dir = std::env::temp_dir().join("leasehold-tests");
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join("handoff-secret");
+    if std::fs::read(&path).ok().as_deref() != Some(TEST_HANDOFF_SECRET.as_bytes()) {
+        let partial = dir.join(format!("handoff-secret.{}", crate::unique_name("part")));
+        std::fs::write(&partial, TEST_HANDOFF_SECRET).expect("write the handoff secret");
+        std::fs::rename(&partial, &path).expect("place the handoff secret");
+    }
+    path
+}
+
 /// A running `leasehold-worker` process; killed when dropped.
 pub struct WorkerProcess {
     /// Its owner id (passed with `--owner-id`).
@@ -38,28 +55,65 @@ pub struct WorkerProcess {
     child: Child,
     stdout: Lines,
     stderr: Lines,
+    /// Bytes the process wrote on stderr, kept or not.
+    stderr_bytes: Arc<AtomicU64>,
     /// Set by each collector once its stream reached its end (the process closed it).
     closed: [Arc<AtomicBool>; 2],
     _config: PathBuf,
 }
 
-/// Collects `reader`'s lines as they arrive; the flag is set once it reached its end.
-fn collect(reader: impl std::io::Read + Send + 'static) -> (Lines, Arc<AtomicBool>) {
+/// Collects `reader`'s lines as they arrive, keeping the first `cap` bytes of lines (each cut to
+/// 64 KiB) and counting every byte; the flag is set once it reached its end.
+fn collect(reader: impl std::io::Read + Send + 'static, cap: u64) -> (Lines, Arc<AtomicU64>, Arc<AtomicBool>) {
     let lines: Lines = Arc::default();
     let closed = Arc::new(AtomicBool::new(false));
-    let (sink, done) = (lines.clone(), closed.clone());
+    let bytes = Arc::new(AtomicU64::new(0));
+    let (sink, done, counted) = (lines.clone(), closed.clone(), bytes.clone());
     std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines().map_while(Result::ok) {
-            sink.lock().expect("lines").push((Instant::now(), line));
+        let mut reader = BufReader::new(reader);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            // At most 64 KiB of one line is held; the rest of it is counted and dropped.
+            let read = match (&mut reader).take(64 * 1024).read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            let mut total = read as u64;
+            if line.last() != Some(&b'\n') {
+                let mut rest = Vec::new();
+                loop {
+                    rest.clear();
+                    match (&mut reader).take(64 * 1024).read_until(b'\n', &mut rest) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => total += n as u64,
+                    }
+                    if rest.last() == Some(&b'\n') {
+                        break;
+                    }
+                }
+            }
+            let before = counted.fetch_add(total, Ordering::SeqCst);
+            if before + total <= cap {
+                let text = String::from_utf8_lossy(&line).trim_end_matches(['\n', '\r']).to_string();
+                sink.lock().expect("lines").push((Instant::now(), text));
+            }
         }
         done.store(true, Ordering::SeqCst);
     });
-    (lines, closed)
+    (lines, bytes, closed)
 }
 
 impl WorkerProcess {
-    /// Starts `binary --config <file with config_yaml> --owner-id <owner>`, with test AWS credentials.
+    /// Starts `binary --config <file with config_yaml> --owner-id <owner>`, with test AWS credentials,
+    /// endpoints on free local ports and the test handoff secret ([`TEST_HANDOFF_SECRET`]).
     pub fn spawn(binary: &Path, config_yaml: &str, owner: &str) -> Self {
+        Self::spawn_capped(binary, config_yaml, owner, u64::MAX)
+    }
+
+    /// [`spawn`](Self::spawn), keeping at most `stderr_cap` bytes of its log (all of it is counted,
+    /// see [`stderr_bytes`](Self::stderr_bytes)): for tests whose failure could be a flood of log.
+    pub fn spawn_capped(binary: &Path, config_yaml: &str, owner: &str, stderr_cap: u64) -> Self {
         let dir = std::env::temp_dir().join("leasehold-tests");
         std::fs::create_dir_all(&dir).expect("temp dir");
         let config = dir.join(format!("{}.yaml", crate::unique_name(owner)));
@@ -72,6 +126,10 @@ impl WorkerProcess {
             // Any free port: several workers run side by side on one machine.
             .arg("--metrics-addr")
             .arg("127.0.0.1:0")
+            .arg("--handoff-addr")
+            .arg("127.0.0.1:0")
+            .arg("--handoff-secret-file")
+            .arg(test_handoff_secret_file())
             .env("AWS_ACCESS_KEY_ID", "leasehold-test")
             .env("AWS_SECRET_ACCESS_KEY", "leasehold-test")
             .env("AWS_REGION", "us-east-1")
@@ -81,13 +139,14 @@ impl WorkerProcess {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", binary.display()));
-        let (stdout, stdout_closed) = collect(child.stdout.take().expect("stdout"));
-        let (stderr, stderr_closed) = collect(child.stderr.take().expect("stderr"));
+        let (stdout, _, stdout_closed) = collect(child.stdout.take().expect("stdout"), u64::MAX);
+        let (stderr, stderr_bytes, stderr_closed) = collect(child.stderr.take().expect("stderr"), stderr_cap);
         Self {
             owner: owner.to_string(),
             child,
             stdout,
             stderr,
+            stderr_bytes,
             closed: [stdout_closed, stderr_closed],
             _config: config,
         }
@@ -173,6 +232,19 @@ impl WorkerProcess {
             let serving = v.get("message").and_then(|m| m.as_str()) == Some("serving /metrics, /healthz and /readyz");
             serving.then(|| v.get("address").and_then(|a| a.as_str()).map(str::to_string)).flatten()
         })
+    }
+
+    /// Where the worker takes handoff notices, once it has logged it.
+    pub fn handoff_addr(&self) -> Option<String> {
+        self.logs().into_iter().find_map(|(_, v)| {
+            let taking = v.get("message").and_then(|m| m.as_str()) == Some("taking handoff notices");
+            taking.then(|| v.get("address").and_then(|a| a.as_str()).map(str::to_string)).flatten()
+        })
+    }
+
+    /// Bytes the process has written on stderr so far (all of them, kept or not).
+    pub fn stderr_bytes(&self) -> u64 {
+        self.stderr_bytes.load(Ordering::SeqCst)
     }
 
     /// Raw stderr, for failure messages.

@@ -29,9 +29,13 @@ use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
 pub use notices::HandoffInbox;
+pub use notices::{
+    HandoffNotice, HandoffSecret, MAX_BODY_BYTES, MAX_NOTICE_AGE, MAX_NOTICE_KEYS, NOTICE_PATH, Refusal,
+    SIGNATURE_HEADER, SecretError, now_ms, parse_notice, sign_notice, verify_notice,
+};
 use notices::{Handoffs, Peers};
 #[cfg(feature = "cli")]
-pub use notices::{inbox, route as notice_route};
+pub use notices::{inbox, route as notice_route, server_limits as notice_server_limits};
 use outage::TableOutage;
 use running::beat;
 use segmented::SegmentedScan;
@@ -158,6 +162,7 @@ impl Coordinator {
     /// The same coordinator taking handoff notices from `inbox` (the store's settings should advertise
     /// the address that reaches it, so peers know where to send them).
     pub fn with_handoff_inbox(mut self, inbox: HandoffInbox) -> Self {
+        self.handoffs.sender.secret = Some(inbox.secret.clone());
         self.handoffs.inbox = Some(inbox);
         self
     }
@@ -192,6 +197,10 @@ impl Coordinator {
                 biased;
                 _ = shutdown.cancelled() => break,
                 Some((key, exit)) = self.exits_rx.recv() => self.on_exit(key, exit).await,
+                // Before the scans, or a scan loop kept busy by a takeover starves them; renewals run
+                // on their own tasks and never wait here. Only notices signed by the group get this
+                // far (64 at most waiting), and one costs at most a read per row of this worker's
+                // share still to take: none once the share is full.
                 Some(notice) = self.handoffs.next() => self.take_noticed(notice).await,
                 _ = scan.tick() => self.tick().await,
                 _ = sleep_until_some(self.next_expiry) => self.tick().await,
@@ -300,9 +309,13 @@ impl Coordinator {
         let mut moves = if segmented {
             let (leases, members) = self.view_for_plan(&fresh);
             self.handoffs.peers = Peers::from_view(&leases, &members, self.owner());
+            let me = self.owner().to_string();
+            self.handoffs.observe(&leases, &members, &me, timeout);
             self.moves(&leases, &members, &running_keys)
         } else {
             self.handoffs.peers = Peers::from_view(&page.leases, &page.members, self.owner());
+            let me = self.owner().to_string();
+            self.handoffs.observe(&page.leases, &page.members, &me, timeout);
             self.moves(&page.leases, &page.members, &running_keys)
         };
         tracing::debug!(

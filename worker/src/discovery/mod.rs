@@ -24,6 +24,18 @@ pub enum StreamSelection {
     Assigned(Vec<LeaseKey>),
 }
 
+impl StreamSelection {
+    /// True when rows of `stream` may be this consumer's: a named stream, or one the pattern matches
+    /// (never with manual assignment, whose rows are its own).
+    pub fn covers(&self, stream: &str) -> bool {
+        match self {
+            StreamSelection::Named(names) => names.iter().any(|n| n == stream),
+            StreamSelection::Pattern(pattern) => pattern.is_match(stream),
+            StreamSelection::Assigned(_) => false,
+        }
+    }
+}
+
 /// What this worker can tell of a stream's incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Incarnation {

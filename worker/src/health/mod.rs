@@ -21,15 +21,17 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus_client::registry::Registry;
 
 #[cfg(feature = "cli")]
 mod server;
 #[cfg(feature = "cli")]
-pub use server::{router, serve, serve_router};
+pub use server::{ServerLimits, raise_fd_limit, router, serve, serve_router, serve_router_with};
 
 /// Content type of the OpenMetrics text exposition.
 pub const OPENMETRICS_CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -74,5 +76,74 @@ impl Health {
     /// Endpoints serving every metric of `registry`.
     pub fn from_registry(registry: Arc<Registry>, ready: impl Fn() -> bool + Send + Sync + 'static) -> Self {
         Self::new(move |out| prometheus_client::encoding::text::encode(out, &registry), ready)
+    }
+}
+
+/// At most one log line per reason and period: a flood of bad input (refused notices, refused
+/// connections) is counted in full by its metric but logged once a period, with how many were left out.
+#[derive(Debug)]
+pub struct LogThrottle {
+    every: Duration,
+    reasons: Mutex<HashMap<&'static str, (Instant, u64)>>,
+}
+
+impl LogThrottle {
+    /// A throttle letting one line per reason through every `every`.
+    pub fn new(every: Duration) -> Self {
+        Self { every, reasons: Mutex::new(HashMap::new()) }
+    }
+
+    /// `Some(left out since the last line)` when a line about `reason` may be written now, `None` when
+    /// it is to be left out (and counted for the next line).
+    pub fn allow(&self, reason: &'static str) -> Option<u64> {
+        let now = Instant::now();
+        let mut reasons = self.reasons.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match reasons.get_mut(reason) {
+            Some((last, left_out)) if now.duration_since(*last) < self.every => {
+                *left_out = left_out.saturating_add(1);
+                None
+            }
+            Some((last, left_out)) => {
+                *last = now;
+                Some(std::mem::take(left_out))
+            }
+            None => {
+                reasons.insert(reason, (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
+/// At most the first `max` characters of foreign `text` (a sender's name, a key), with its length when
+/// cut, for a log line.
+pub fn clip(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => format!("{}... ({} bytes)", &text[..end], text.len()),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod throttle_tests {
+    use super::*;
+
+    #[test]
+    fn one_line_per_reason_and_period_with_the_count_left_out() {
+        let throttle = LogThrottle::new(Duration::from_millis(200));
+        assert_eq!(throttle.allow("a"), Some(0));
+        assert_eq!(throttle.allow("a"), None);
+        assert_eq!(throttle.allow("a"), None);
+        assert_eq!(throttle.allow("b"), Some(0), "each reason has its own period");
+        std::thread::sleep(Duration::from_millis(250));
+        assert_eq!(throttle.allow("a"), Some(2), "the next line says how many were left out");
+    }
+
+    #[test]
+    fn foreign_text_is_cut() {
+        let long = "x".repeat(10_000);
+        let cut = clip(&long, 100);
+        assert!(cut.len() < 130 && cut.ends_with("(10000 bytes)"), "{cut}");
+        assert_eq!(clip("short", 100), "short");
     }
 }

@@ -1,13 +1,65 @@
-//! The endpoints' HTTP server (axum).
+//! The endpoints' HTTP server: axum's router on hyper's http1 server, bounded against slow and greedy
+//! clients (`axum::serve` sets no timer: one slow client per file descriptor).
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_http::timeout::TimeoutLayer;
 
-use super::{Health, OPENMETRICS_CONTENT_TYPE};
+use super::{Health, LogThrottle, OPENMETRICS_CONTENT_TYPE};
+
+/// What one server allows a client: how long it may take to send a request's headers (also the
+/// longest an idle keep-alive connection is kept), how long a request may take in all, how many
+/// connections are open at once (more are accepted and closed at once, so the listen queue never
+/// fills with clients nobody serves), how large a request body may be, and how long one connection
+/// lives before it is closed gracefully.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Headers not complete within this are answered by closing the connection.
+    pub header_read_timeout: Duration,
+    /// A request not answered within this is answered 408.
+    pub request_timeout: Duration,
+    /// Connections open at once.
+    pub max_connections: usize,
+    /// Request bodies over this are refused (413) by the routes that read one (the others read none).
+    pub max_body_bytes: usize,
+    /// A connection older than this is closed once its request in progress is answered.
+    pub max_connection_age: Duration,
+}
+
+impl Default for ServerLimits {
+    /// The limits of `/metrics`, `/healthz` and `/readyz`: a scraper and the kubelet's probes need a
+    /// few connections and no body; 2,048 connections leave room for 1,000 stalled clients beside them
+    /// (each closed within the header timeout).
+    fn default() -> Self {
+        Self {
+            header_read_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            max_connections: 2048,
+            max_body_bytes: 64 * 1024,
+            max_connection_age: Duration::from_secs(300),
+        }
+    }
+}
+
+/// How long connections get to finish their requests once the server stops.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Raises this process's soft limit of open files to its hard limit, so connections (and shards) are
+/// not refused for want of descriptors long before the machine runs short; the limit in force after.
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    rlimit::increase_nofile_limit(u64::MAX)
+}
 
 #[derive(Clone)]
 struct Shared {
@@ -48,13 +100,83 @@ pub async fn serve(listener: tokio::net::TcpListener, health: Health, stop: Canc
 }
 
 /// Serves `app` (the endpoints' [`router`], perhaps with routes of the binary's own merged in) on
-/// `listener` until `stop` is cancelled.
+/// `listener` until `stop` is cancelled, within the default [`ServerLimits`].
 pub async fn serve_router(
     listener: tokio::net::TcpListener,
     app: Router,
     stop: CancellationToken,
 ) -> std::io::Result<()> {
-    axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
+    serve_router_with(listener, app, stop, ServerLimits::default()).await
+}
+
+/// [`serve_router`] within `limits`. On `stop` no connection is accepted any more, and those open
+/// finish their requests (bounded by a few seconds).
+pub async fn serve_router_with(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    stop: CancellationToken,
+    limits: ServerLimits,
+) -> std::io::Result<()> {
+    let app = app
+        // Routes that set their own limit (the handoff notices') keep it: theirs is applied later.
+        .layer(axum::extract::DefaultBodyLimit::max(limits.max_body_bytes))
+        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, limits.request_timeout));
+    let open = Arc::new(Semaphore::new(limits.max_connections));
+    let connections = TaskTracker::new();
+    let throttle = LogThrottle::new(Duration::from_secs(10));
+    let address = listener.local_addr().ok();
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors (EMFILE) or the like: the listener is still good; waiting a
+                    // little lets connections close rather than spinning on the same error.
+                    if let Some(left_out) = throttle.allow("accept") {
+                        tracing::warn!(?address, error = %e, left_out, "cannot accept a connection");
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            if let Some(left_out) = throttle.allow("limit") {
+                tracing::warn!(
+                    ?address,
+                    limit = limits.max_connections,
+                    left_out,
+                    "too many connections; closing new ones"
+                );
+            }
+            drop(stream);
+            continue;
+        };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::trace!(error = %e, "TCP_NODELAY not set");
+        }
+        let service = TowerToHyperService::new(app.clone());
+        let stop = stop.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder.timer(TokioTimer::new()).header_read_timeout(limits.header_read_timeout).keep_alive(true);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                // Errors of one connection (a client gone, headers too slow) concern that client only.
+                _ = connection.as_mut() => return,
+                _ = stop.cancelled() => {}
+                _ = tokio::time::sleep(limits.max_connection_age) => {}
+            }
+            connection.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(DRAIN_TIMEOUT, connection).await;
+        });
+    }
+    connections.close();
+    let _ = tokio::time::timeout(DRAIN_TIMEOUT, connections.wait()).await;
+    Ok(())
 }
 
 #[cfg(test)]

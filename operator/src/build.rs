@@ -185,7 +185,9 @@ pub fn config_hash(config: &str) -> String {
     digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
-fn owned_meta(consumer: &StreamConsumer) -> ObjectMeta {
+/// The metadata of an object the operator makes for `consumer`: named after its workers, labelled,
+/// owned by it.
+pub fn owned_meta(consumer: &StreamConsumer) -> ObjectMeta {
     ObjectMeta {
         name: Some(workers_name(consumer)),
         namespace: consumer.namespace(),

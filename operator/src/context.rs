@@ -25,6 +25,9 @@ pub struct Settings {
     pub static_credentials: Option<(String, String)>,
     /// Refuse pod templates that ask for host access or privilege (`--restrict-templates`).
     pub restrict_templates: bool,
+    /// Give every consumer's workers a NetworkPolicy, metrics open to these scrapers
+    /// (`--worker-network-policy`); `None`: no NetworkPolicy.
+    pub worker_network_policy: Option<crate::network_policy::MetricsScrapers>,
 }
 
 /// Shared state of the controller.

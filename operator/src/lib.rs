@@ -17,6 +17,7 @@ pub mod lag;
 pub mod leader;
 pub mod lease_rows;
 pub mod metrics;
+pub mod network_policy;
 pub mod pipeline;
 pub mod readiness;
 pub mod shards;

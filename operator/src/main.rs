@@ -11,6 +11,7 @@ use kube::Api;
 use leasehold_operator::context::{Context, Settings};
 use leasehold_operator::leader::{self, Election};
 use leasehold_operator::metrics::Metrics;
+use leasehold_operator::network_policy::MetricsScrapers;
 use leasehold_operator::readiness::ControllerState;
 use leasehold_worker::health;
 use leasehold_worker::signals::Signals;
@@ -42,6 +43,16 @@ struct Args {
     /// containers (status condition `TemplateRefused`); off by default, as a Deployment would take them.
     #[arg(long, env = "LEASEHOLD_RESTRICT_TEMPLATES")]
     restrict_templates: bool,
+    /// Give every consumer's worker pods a NetworkPolicy: the handoff port open to the consumer's own
+    /// pods only, the metrics port to the scrapers below (to anyone when both are empty).
+    #[arg(long, env = "LEASEHOLD_WORKER_NETWORK_POLICY")]
+    worker_network_policy: bool,
+    /// With --worker-network-policy: labels (`k=v,k=v`) of the namespaces the metrics scraper runs in.
+    #[arg(long, env = "LEASEHOLD_METRICS_FROM_NAMESPACE_LABELS", default_value = "")]
+    metrics_from_namespace_labels: String,
+    /// With --worker-network-policy: labels (`k=v,k=v`) of the metrics scraper's pods.
+    #[arg(long, env = "LEASEHOLD_METRICS_FROM_POD_LABELS", default_value = "")]
+    metrics_from_pod_labels: String,
 }
 
 const CRD_NAME: &str = "streamconsumers.leasehold.io";
@@ -83,11 +94,23 @@ async fn main() -> ExitCode {
         tracing::warn!(error = %e, "cannot raise the open files limit");
     }
     let shutdown = CancellationToken::new();
+    let worker_network_policy = match args
+        .worker_network_policy
+        .then(|| MetricsScrapers::parse(&args.metrics_from_namespace_labels, &args.metrics_from_pod_labels))
+    {
+        None => None,
+        Some(Ok(scrapers)) => Some(scrapers),
+        Some(Err(e)) => {
+            eprintln!("error: --metrics-from-*-labels: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let settings = Settings {
         worker_image: args.worker_image,
         shard_poll_interval: args.shard_poll_interval,
         static_credentials: None,
         restrict_templates: args.restrict_templates,
+        worker_network_policy,
     };
     let ctx = Arc::new(Context::new(client, settings, Metrics::default()));
     let listener = match tokio::net::TcpListener::bind(args.metrics_addr).await {

@@ -104,6 +104,30 @@ fn the_chart_lints_and_renders_and_its_crd_matches_the_types() {
         "restrictTemplates=true",
     ]));
     assert!(restricted.contains("--restrict-templates") && !one.contains("--restrict-templates"));
+    // NetworkPolicies: none by default; the operator's own and the workers' flag when switched on.
+    assert!(kinds(&one, "NetworkPolicy").is_empty() && !one.contains("--worker-network-policy"));
+    let policed = run(Command::new(tool("helm")).args([
+        "template",
+        "t",
+        &chart(),
+        "--kube-version",
+        "1.34.2",
+        "--set",
+        "networkPolicy.enabled=true",
+        "--set",
+        "networkPolicy.metricsFrom.podLabels.app=prometheus",
+        "--set",
+        "workerNetworkPolicy.enabled=true",
+        "--set",
+        "workerNetworkPolicy.metricsFrom.namespaceLabels.team=monitoring",
+    ]));
+    let policies = kinds(&policed, "NetworkPolicy");
+    assert_eq!(policies.len(), 1, "{policies:?}");
+    let ingress = &policies[0]["spec"]["ingress"][0];
+    assert_eq!(ingress["ports"][0]["port"], "metrics");
+    assert_eq!(ingress["from"][0]["podSelector"]["matchLabels"]["app"], "prometheus");
+    assert!(policed.contains("--worker-network-policy"));
+    assert!(policed.contains("--metrics-from-namespace-labels=team=monitoring"));
     let committed = std::fs::read_to_string(format!("{}/crds/streamconsumer.yaml", chart())).unwrap();
     assert_eq!(committed, leasehold_crds::crd_yaml().unwrap(), "the chart's CRD drifted: run `make crds`");
 }

@@ -1,14 +1,19 @@
 //! Pod templates against a real kube-apiserver: with restricted templates on, each kind of host access
 //! or privilege is refused with a `TemplateRefused` condition and no workers; an ordinary template (and
 //! the same one with the operator's restriction off) gets its Deployment, whose security settings are
-//! the template's merged field by field over the restricted defaults.
+//! the template's merged field by field over the restricted defaults; with worker NetworkPolicies on,
+//! each consumer gets one the API server takes, selecting its pods and their named ports.
 
 mod support;
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::Api;
 use kube::api::{Patch, PatchParams};
+use leasehold_operator::network_policy::MetricsScrapers;
 use serde_json::json;
 use support::{TestNamespace, aws, wait};
 
@@ -25,7 +30,7 @@ async fn workers(ns: &TestNamespace, consumer: &str) -> Option<Deployment> {
 
 #[tokio::test]
 async fn restricted_templates_refuse_host_access_and_privilege_in_status() {
-    let ns = TestNamespace::with_restricted_templates("op-restrict", true).await;
+    let ns = TestNamespace::with_settings("op-restrict", |s| s.restrict_templates = true).await;
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "op-restrict", 1).await;
     let cases = [
@@ -102,4 +107,46 @@ async fn template_security_settings_merge_with_the_restricted_defaults() {
     assert_eq!(security.run_as_non_root, Some(true));
     assert_eq!(security.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]));
     assert_eq!(security.seccomp_profile.map(|s| s.type_), Some("RuntimeDefault".to_string()));
+}
+
+#[tokio::test]
+async fn with_worker_network_policies_each_consumer_gets_one_the_api_server_takes() {
+    let scrapers = MetricsScrapers::parse("kubernetes.io/metadata.name=monitoring", "app=prometheus").unwrap();
+    let ns = TestNamespace::with_settings("op-netpol", |s| s.worker_network_policy = Some(scrapers)).await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-netpol", 1).await;
+    ns.create("orders", spec(&stream, json!({}))).await.expect("create");
+    let policies = Api::<NetworkPolicy>::namespaced(ns.client.clone(), &ns.name);
+    wait("the workers' NetworkPolicy", SLOW, || async {
+        policies.get_opt("orders-workers").await.ok().flatten().is_some()
+    })
+    .await;
+    let policy = policies.get("orders-workers").await.expect("policy").spec.expect("spec");
+    let deployment = workers(&ns, "orders").await.expect("workers");
+    let pod_labels = deployment.spec.and_then(|s| s.template.metadata).and_then(|m| m.labels).expect("pod labels");
+    // It selects exactly the consumer's worker pods, and lets the handoff port in from them alone.
+    let selected = policy.pod_selector.and_then(|s| s.match_labels).expect("pod selector");
+    assert!(selected.iter().all(|(k, v)| pod_labels.get(k) == Some(v)), "{selected:?} ⊆ {pod_labels:?}");
+    let ingress = policy.ingress.expect("ingress");
+    let handoff = ingress
+        .iter()
+        .find(|r| r.ports.iter().flatten().any(|p| p.port == Some(IntOrString::String("handoff".into()))));
+    let from = handoff.and_then(|r| r.from.clone()).expect("handoff from");
+    assert_eq!(from[0].pod_selector.as_ref().and_then(|s| s.match_labels.clone()), Some(selected.clone()));
+    // The worker container names both ports the policy opens.
+    let pod = workers(&ns, "orders").await.and_then(|d| d.spec?.template.spec).expect("pod spec");
+    let ports: Vec<String> = pod.containers[0].ports.iter().flatten().filter_map(|p| p.name.clone()).collect();
+    assert!(ports.contains(&"handoff".to_string()) && ports.contains(&"metrics".to_string()), "{ports:?}");
+    assert_eq!(policy.policy_types, Some(vec!["Ingress".to_string()]));
+}
+
+#[tokio::test]
+async fn without_the_setting_no_network_policy_is_made() {
+    let ns = TestNamespace::new("op-nonetpol").await;
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "op-nonetpol", 1).await;
+    ns.create("orders", spec(&stream, json!({}))).await.expect("create");
+    wait("workers", SLOW, || async { workers(&ns, "orders").await.is_some() }).await;
+    let policies = Api::<NetworkPolicy>::namespaced(ns.client.clone(), &ns.name);
+    assert!(policies.get_opt("orders-workers").await.expect("get").is_none());
 }

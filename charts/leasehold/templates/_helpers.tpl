@@ -29,3 +29,10 @@ prometheus.io/scrape: "true"
 prometheus.io/port: {{ .Values.metrics.port | quote }}
 prometheus.io/path: /metrics
 {{- end -}}
+
+{{/* A map of labels as the operator's `k=v,k=v` flags take them. */}}
+{{- define "leasehold.labelList" -}}
+{{- $pairs := list -}}
+{{- range $k, $v := . }}{{ $pairs = append $pairs (printf "%s=%s" $k $v) }}{{ end -}}
+{{- join "," $pairs -}}
+{{- end }}

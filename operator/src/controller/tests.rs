@@ -119,6 +119,7 @@ fn mocked() -> (Arc<Context>, ApiServerVerifier) {
         shard_poll_interval: SHARD_POLL,
         static_credentials: Some(("test".into(), "test".into())),
         restrict_templates: false,
+        worker_network_policy: None,
     };
     (Arc::new(Context::new(client, settings, Metrics::default())), ApiServerVerifier(handle))
 }

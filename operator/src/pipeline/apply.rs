@@ -1,7 +1,9 @@
-//! Stage 5, apply: the built ConfigMap and Deployment by server-side apply under [`FIELD_MANAGER`].
+//! Stage 5, apply: the built ConfigMap and Deployment (and, when asked, the workers' NetworkPolicy) by
+//! server-side apply under [`FIELD_MANAGER`].
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
@@ -11,6 +13,7 @@ use crate::FIELD_MANAGER;
 use crate::build::{Desired, handoff_secret, handoff_secret_name, new_handoff_secret};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::network_policy::network_policy;
 
 /// Applies `desired`; returns the ready replicas the Deployment reports. A change of replicas is
 /// announced by an Event, with `why` when lag scaling made it.
@@ -20,6 +23,12 @@ pub async fn apply(consumer: &StreamConsumer, ctx: &Context, desired: &Desired, 
     let name = desired.name();
     let failed = |kind: &'static str| move |source| Error::Apply { object: format!("{kind}/{name}"), source };
     ensure_handoff_secret(consumer, ctx, &namespace).await?;
+    if let Some(scrapers) = &ctx.settings.worker_network_policy {
+        Api::<NetworkPolicy>::namespaced(ctx.client.clone(), &namespace)
+            .patch(name, &params, &Patch::Apply(&network_policy(consumer, scrapers)))
+            .await
+            .map_err(failed("NetworkPolicy"))?;
+    }
     Api::<ConfigMap>::namespaced(ctx.client.clone(), &namespace)
         .patch(name, &params, &Patch::Apply(&desired.config_map))
         .await

@@ -78,21 +78,23 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates the namespace and starts an operator watching only it.
     pub async fn new(prefix: &str) -> Self {
-        Self::with_restricted_templates(prefix, false).await
+        Self::with_settings(prefix, |_| {}).await
     }
 
-    /// A namespace with its own in-process operator, `--restrict-templates` on or off.
-    pub async fn with_restricted_templates(prefix: &str, restrict_templates: bool) -> Self {
+    /// A namespace with its own in-process operator whose settings `tweak` changes from the tests' own.
+    pub async fn with_settings(prefix: &str, tweak: impl FnOnce(&mut Settings)) -> Self {
         let client = client().await;
         install_crd(&client).await;
         let name = create_namespace(&client, prefix, true).await;
         wait_for_default_service_account(&client, &name, Duration::from_secs(20)).await;
-        let settings = Settings {
+        let mut settings = Settings {
             worker_image: "leasehold/worker:test".into(),
             shard_poll_interval: Duration::from_secs(1),
             static_credentials: Some(("leasehold-test".into(), "leasehold-test".into())),
-            restrict_templates,
+            restrict_templates: false,
+            worker_network_policy: None,
         };
+        tweak(&mut settings);
         let ctx = Arc::new(Context::new(client.clone(), settings, Metrics::default()));
         let stop = CancellationToken::new();
         tokio::spawn(leasehold_operator::controller::run(ctx.clone(), Some(name.clone()), stop.clone()));

@@ -29,6 +29,7 @@ use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
 use balance::{Moves, View, plan};
 pub use notices::HandoffInbox;
+pub(crate) use notices::HandoffNotice;
 use notices::{Handoffs, Peers};
 #[cfg(feature = "cli")]
 pub use notices::{inbox, route as notice_route};

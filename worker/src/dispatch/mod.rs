@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use crate::lease::Checkpoint;
 use crate::processor::{Record, ShardProcessor};
 pub use requeue::open as open_requeued;
+pub(crate) use requeue::{History, wrap as wrap_requeued};
 pub use retry::{Outcome, Publisher, RetryPolicy, Runner};
 pub use watermark::Watermark;
 

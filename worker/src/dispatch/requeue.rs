@@ -67,3 +67,40 @@ mod tests {
         assert_eq!(open(&empty).map(|(h, d)| (h.requeues, d.len())), Some((1, 0)));
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_data_wrapped_opens_to_its_history_and_data(
+            data in proptest::collection::vec(any::<u8>(), 0..2048),
+            requeues in any::<u32>(),
+            attempts in any::<u32>(),
+        ) {
+            let history = History { requeues, attempts };
+            let copy = wrap(&data, history);
+            prop_assert_eq!(open(&copy), Some((history, Bytes::from(data))));
+        }
+
+        #[test]
+        fn what_opens_is_the_end_of_the_data(
+            data in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..256),
+                ("(requeues|attempts)=[0-9]{0,12}( (requeues|attempts)=[0-9]{0,12})?\n", any::<Vec<u8>>())
+                    .prop_map(|(header, rest)| [b"\0leasehold-requeue ".as_slice(), header.as_bytes(), &rest].concat()),
+            ]
+        ) {
+            let data = Bytes::from(data);
+            if let Some((_, original)) = open(&data) {
+                prop_assert!(data.ends_with(&original));
+                prop_assert!(original.len() < data.len());
+            }
+        }
+    }
+}

@@ -76,6 +76,8 @@ use base64::Engine;
 use super::{Output, Outputs, ProcessError, Record, ShardProcessor};
 use batch::Batcher;
 pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
+/// The answer parsers, for the fuzz targets (`internals::parse`).
+pub(crate) use batch::outcomes as batch_outcomes;
 
 /// The `ce-type` of every record.
 pub const EVENT_TYPE: &str = "io.leasehold.kinesis.record";
@@ -245,7 +247,7 @@ fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
 
 /// Outputs in a 2xx answer: a JSON body `{"outputs": [{"data": "<base64>", "partitionKey": "k",
 /// "carryPartitionKey": true}]}` (both keys optional). Any other body emits nothing.
-fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
+pub(crate) fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
     let Ok(answer) = serde_json::from_slice::<serde_json::Value>(body) else { return Ok(Vec::new()) };
     let Some(items) = answer.get("outputs").and_then(|o| o.as_array()) else { return Ok(Vec::new()) };
     items.iter().map(|item| parse_output(item, record)).collect()

@@ -46,10 +46,28 @@ struct Session {
     child: Child,
     stdin: ChildStdin,
     stdout: Lines<BufReader<ChildStdout>>,
+    /// What the child has been sent and has checkpointed.
+    positions: Positions,
+}
+
+/// Where a child stands: what it may checkpoint.
+#[derive(Debug, Default)]
+pub(crate) struct Positions {
     /// The last record sent to the child, (sequence, sub-sequence): the furthest it may checkpoint.
-    delivered: Option<(String, u64)>,
+    pub(crate) delivered: Option<(String, u64)>,
     /// The child's last accepted checkpoint: it may not go back before it.
     checkpointed: Option<(String, u64)>,
+}
+
+/// What one line the child wrote means to the worker waiting for its status for a message.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Reply {
+    /// The status awaited: the message is answered.
+    Answered,
+    /// A checkpoint request, with the answer to write back.
+    Checkpoint(Value),
+    /// Anything else (another status, an unknown action, a line that is not JSON): skipped.
+    Ignored,
 }
 
 /// Makes each shard's processor: a MultiLangDaemon-protocol child per shard.
@@ -112,7 +130,7 @@ impl Session {
         let stdin = child.stdin.take().ok_or_else(|| failed("child has no stdin"))?;
         let stdout = child.stdout.take().ok_or_else(|| failed("child has no stdout"))?;
         let mut session =
-            Session { child, stdin, stdout: BufReader::new(stdout).lines(), delivered: None, checkpointed: None };
+            Session { child, stdin, stdout: BufReader::new(stdout).lines(), positions: Positions::default() };
         let initialize = json!({"action": "initialize", "shardId": key.shard_id(), "sequenceNumber": sequence,
             "subSequenceNumber": sub_sequence});
         session.exchange(&initialize, "initialize", shared).await?;
@@ -138,35 +156,57 @@ impl Session {
                 else {
                     return Err(failed("child exited"));
                 };
-                let Ok(reply) = serde_json::from_str::<Value>(&line) else {
-                    tracing::warn!(line, "multilang child wrote a line that is not a protocol message; ignored");
-                    continue;
-                };
-                match reply.get("action").and_then(Value::as_str) {
-                    Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => {
-                        return Ok(());
-                    }
-                    Some("checkpoint") => {
+                match self.positions.read(&line, response_for) {
+                    Reply::Answered => return Ok(()),
+                    Reply::Checkpoint(ack) => {
                         shared.checkpoint_requests.fetch_add(1, Ordering::Relaxed);
-                        let sequence = reply.get("sequenceNumber").cloned().unwrap_or(Value::Null);
-                        let sub_sequence = reply.get("subSequenceNumber").cloned().unwrap_or(Value::Null);
-                        let error = self.accept_checkpoint(&sequence, &sub_sequence);
-                        match error {
-                            None => tracing::info!(%sequence, %sub_sequence, "multilang child checkpoint acknowledged"),
-                            Some(error) => {
-                                tracing::warn!(%sequence, %sub_sequence, error, "multilang child checkpoint refused")
-                            }
-                        }
-                        let ack = json!({"action": "checkpoint", "sequenceNumber": sequence,
-                            "subSequenceNumber": sub_sequence, "error": error});
                         self.send(&ack).await?;
                     }
-                    other => tracing::debug!(?other, "multilang message ignored"),
+                    Reply::Ignored => {}
                 }
             }
         })
         .await;
         answered.unwrap_or_else(|_| Err(failed(format!("child did not answer {response_for} within {timeout:?}"))))
+    }
+
+    /// Closes stdin and waits briefly for the child to exit, then kills it.
+    async fn close(mut self) {
+        drop(self.stdin);
+        if tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+impl Positions {
+    /// Reads one line the child wrote while the worker waits for its status for `response_for`,
+    /// checking a checkpoint request as the KCL's checkpointer does.
+    pub(crate) fn read(&mut self, line: &str, response_for: &str) -> Reply {
+        let Ok(reply) = serde_json::from_str::<Value>(line) else {
+            tracing::warn!(line, "multilang child wrote a line that is not a protocol message; ignored");
+            return Reply::Ignored;
+        };
+        match reply.get("action").and_then(Value::as_str) {
+            Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => {
+                Reply::Answered
+            }
+            Some("checkpoint") => {
+                let sequence = reply.get("sequenceNumber").cloned().unwrap_or(Value::Null);
+                let sub_sequence = reply.get("subSequenceNumber").cloned().unwrap_or(Value::Null);
+                let error = self.accept_checkpoint(&sequence, &sub_sequence);
+                match error {
+                    None => tracing::info!(%sequence, %sub_sequence, "multilang child checkpoint acknowledged"),
+                    Some(error) => tracing::warn!(%sequence, %sub_sequence, error, "multilang child checkpoint refused"),
+                }
+                Reply::Checkpoint(json!({"action": "checkpoint", "sequenceNumber": sequence,
+                    "subSequenceNumber": sub_sequence, "error": error}))
+            }
+            other => {
+                tracing::debug!(?other, "multilang message ignored");
+                Reply::Ignored
+            }
+        }
     }
 
     /// Checks a checkpoint the child asks for as the KCL's checkpointer does; the name of the exception
@@ -201,13 +241,6 @@ impl Session {
         None
     }
 
-    /// Closes stdin and waits briefly for the child to exit, then kills it.
-    async fn close(mut self) {
-        drop(self.stdin);
-        if tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await.is_err() {
-            let _ = self.child.kill().await;
-        }
-    }
 }
 
 impl MultilangProcessor {
@@ -363,8 +396,8 @@ async fn process_records(
     };
     for record in records {
         let position = (record.sequence_number.clone(), u64::from(record.sub_sequence_number.unwrap_or(0)));
-        if running.delivered.as_ref().is_none_or(|d| position_key(&position) > position_key(d)) {
-            running.delivered = Some(position);
+        if running.positions.delivered.as_ref().is_none_or(|d| position_key(&position) > position_key(d)) {
+            running.positions.delivered = Some(position);
         }
     }
     let records: Vec<Value> = records.iter().map(|record| record_json(record)).collect();

@@ -23,6 +23,8 @@ use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
 use convert::{from_item, to_item};
 use errors::{Request, classify};
 pub use table::{TableBilling, create_table, ensure_table};
+/// DynamoDB items as rows, for the fuzz targets (`internals::parse`).
+pub(crate) use convert::{from_item, to_item};
 
 /// A [`LeaseStore`] over a DynamoDB table with hash key `lease_key`.
 #[derive(Debug)]

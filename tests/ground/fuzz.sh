@@ -127,10 +127,10 @@ run_one() {
     >"$work/fuzz.log" 2>&1 || status=$?
   log "$t: $(summary "$work/fuzz.log")$([ "$status" = 0 ] || echo ", FAILED (exit $status, log $work/fuzz.log)")"
   if [ "${FUZZ_MERGE:-1}" = 1 ]; then
-    # Only the inputs that add coverage join the committed corpus.
-    mkdir -p "$work/merged"
-    nice -n "${FUZZ_NICE:-10}" "$bin" "${opts[@]}" -merge=1 "$work/merged" "$FUZZ/corpus/$t" "$work/corpus" \
-      >"$work/merge.log" 2>&1 && { rm -rf "${FUZZ:?}/corpus/$t" && mv "$work/merged" "$FUZZ/corpus/$t"; }
+    # Only the new inputs that add coverage join the committed corpus (the seeds stay as they are).
+    nice -n "${FUZZ_NICE:-10}" "$bin" "${opts[@]}" -set_cover_merge=1 "$FUZZ/corpus/$t" "$work/corpus" \
+      >"$work/merge.log" 2>&1 || log "$t: merge failed (log $work/merge.log)"
+    log "$t: corpus now $(find "$FUZZ/corpus/$t" -type f | wc -l) inputs, $(du -sb "$FUZZ/corpus/$t" | cut -f1) bytes"
   fi
   return "$status"
 }

@@ -99,7 +99,7 @@ pub mod parse {
         use crate::processor::Reply;
         let mut positions = crate::processor::Positions {
             delivered: Some(("49590338271490256608559692538361571095921575989136588898".into(), 3)),
-            ..Default::default()
+            checkpointed: None,
         };
         let mut read = |line: &str| match positions.read(line, "processRecords") {
             Reply::Answered => MultilangReply::Answered,

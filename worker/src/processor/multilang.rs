@@ -56,7 +56,7 @@ pub(crate) struct Positions {
     /// The last record sent to the child, (sequence, sub-sequence): the furthest it may checkpoint.
     pub(crate) delivered: Option<(String, u64)>,
     /// The child's last accepted checkpoint: it may not go back before it.
-    checkpointed: Option<(String, u64)>,
+    pub(crate) checkpointed: Option<(String, u64)>,
 }
 
 /// What one line the child wrote means to the worker waiting for its status for a message.

@@ -444,7 +444,7 @@ mod properties {
             new in any_new_lease(),
             owner in proptest::option::of("[a-z0-9-]{1,40}"),
             expiry_ms in proptest::option::of(any::<i64>()),
-            counter in any::<u64>(),
+            counter in prop_oneof![any::<u64>(), Just(0), Just(u64::MAX)],
         ) {
             let mut seen = decode(&encode_new(&seen)).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
             (seen.owner, seen.expiry_ms, seen.counter) = (owner, expiry_ms, counter);

@@ -12,6 +12,12 @@ fn check(data: &[u8]) {
     let (deaggregated, for_shard) = parse::kpl_aggregate(data);
     if let Deaggregated::Aggregate(users) = &deaggregated {
         assert!(!users.is_empty(), "an aggregate holds at least one user record");
+        // Each user record carries its own copy of its keys: bounded per user record (Kinesis takes
+        // partition keys of up to 256 characters and 128-bit hash keys), so a record cannot expand
+        // without bound (a 500 KB key shared by 80,000 user records once took 40 GB).
+        let copied: usize =
+            users.iter().map(|u| u.partition_key.len() + u.explicit_hash_key.as_ref().map_or(0, String::len)).sum();
+        assert!(copied <= 256 * data.len(), "{copied} bytes of keys expanded from a {}-byte record", data.len());
         for (i, user) in users.iter().enumerate() {
             assert_eq!(user.sub_sequence as usize, i, "sub-sequence numbers are positions");
             assert!(user.data.len() <= data.len(), "a user record is a part of its aggregate");

@@ -7,6 +7,8 @@
 #                                         # inputs (FUZZ_SMOKE_SECONDS, default 20); fails on any crash
 #   tests/ground/fuzz.sh run [TARGET..]   # each target for FUZZ_SECONDS (default 600), new inputs kept in
 #                                         # the corpus; two at a time (FUZZ_JOBS)
+#   tests/ground/fuzz.sh minimize [TARGET..] # the committed corpus cut to its seeds and the fewest inputs
+#                                         # that reach the same edges
 #   tests/ground/fuzz.sh list             # the targets
 # FUZZ_TARGET_DIR (default $LEASEHOLD_CACHE/target-fuzz-nightly) keeps the nightly, instrumented build
 # apart from the stable one. FUZZ_SANITIZER (default none: the parsers are safe Rust) may be `address`.
@@ -126,13 +128,27 @@ run_one() {
     -artifact_prefix="$LEASEHOLD_STATE/fuzz/artifacts/$t/" "$work/corpus" "$FUZZ/corpus/$t" \
     >"$work/fuzz.log" 2>&1 || status=$?
   log "$t: $(summary "$work/fuzz.log")$([ "$status" = 0 ] || echo ", FAILED (exit $status, log $work/fuzz.log)")"
-  if [ "${FUZZ_MERGE:-1}" = 1 ]; then
-    # Only the new inputs that add coverage join the committed corpus (the seeds stay as they are).
-    nice -n "${FUZZ_NICE:-10}" "$bin" "${opts[@]}" -set_cover_merge=1 "$FUZZ/corpus/$t" "$work/corpus" \
-      >"$work/merge.log" 2>&1 || log "$t: merge failed (log $work/merge.log)"
-    log "$t: corpus now $(find "$FUZZ/corpus/$t" -type f | wc -l) inputs, $(du -sb "$FUZZ/corpus/$t" | cut -f1) bytes"
-  fi
+  [ "${FUZZ_MERGE:-1}" = 1 ] && minimize_one "$t" "$work/corpus"
   return "$status"
+}
+
+# Rewrites target $1's committed corpus as its seeds plus the fewest inputs, of the corpus and of the
+# directories $2.., that reach every edge they reach (edges only, not hit counts: the corpus stays small).
+minimize_one() {
+  local t="$1" bin work
+  shift
+  bin="$(binary "$t")"
+  work="$LEASEHOLD_STATE/fuzz/minimize/$t"
+  rm -rf "$work" && mkdir -p "$work/corpus"
+  find "$FUZZ/corpus/$t" -maxdepth 1 -type f -name 'seed-*' -exec cp {} "$work/corpus/" \;
+  mapfile -t opts < <(options "$t")
+  if nice -n "${FUZZ_NICE:-10}" "$bin" "${opts[@]}" -set_cover_merge=1 -use_counters=0 "$work/corpus" \
+    "$FUZZ/corpus/$t" "$@" >"$work/merge.log" 2>&1; then
+    rm -rf "${FUZZ:?}/corpus/$t" && mv "$work/corpus" "$FUZZ/corpus/$t"
+  else
+    log "$t: merge failed (log $work/merge.log); corpus left as it was"
+  fi
+  log "$t: corpus $(find "$FUZZ/corpus/$t" -type f | wc -l) inputs, $(du -sb "$FUZZ/corpus/$t" | cut -f1) bytes"
 }
 
 # Runs "$1_one <target> <seconds>" for every target in $3.., $FUZZ_JOBS at a time; fails if one failed.
@@ -165,9 +181,12 @@ case "$cmd" in
     each smoke_one "${FUZZ_SMOKE_SECONDS:-20}" "${chosen[@]}" || die "fuzz smoke failed"
     log "fuzz smoke of ${#chosen[@]} targets passed in $((SECONDS - started)) s"
     ;;
+  minimize)
+    for t in "${chosen[@]}"; do minimize_one "$t"; done
+    ;;
   run)
     build
     each run_one "${FUZZ_SECONDS:-600}" "${chosen[@]}" || die "a fuzz target failed (see the logs above)"
     ;;
-  *) die "usage: $0 install|build|smoke|run|list [TARGET...]" ;;
+  *) die "usage: $0 install|build|smoke|run|minimize|list [TARGET...]" ;;
 esac

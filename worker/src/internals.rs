@@ -113,7 +113,8 @@ pub mod parse {
     /// matched against a record. The input is `<patterns>\0<partition key>\0<data>`.
     pub fn filter_pattern(data: &[u8]) -> Option<bool> {
         let mut parts = data.splitn(3, |b| *b == 0);
-        let (patterns, key, record) = (parts.next()?, parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+        let (patterns, key, record) =
+            (parts.next()?, parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
         let patterns = match serde_json::from_slice::<Value>(patterns).ok()? {
             Value::Array(list) => list,
             one => vec![one],
@@ -160,9 +161,12 @@ pub mod parse {
         crate::dispatch::wrap_requeued(data, crate::dispatch::History { requeues, attempts })
     }
 
+    /// A spec read and validated; `None` when the bytes are not text (YAML) or not a spec (JSON).
+    pub type SpecRead = Option<Result<WorkerConfig, ConfigError>>;
+
     /// A worker's configuration text (a StreamConsumer spec in YAML) parsed and validated, as the
     /// worker reads its file; and the same bytes as the JSON the API server serves the operator.
-    pub fn spec(data: &[u8]) -> (Option<Result<WorkerConfig, ConfigError>>, Option<Result<WorkerConfig, ConfigError>>) {
+    pub fn spec(data: &[u8]) -> (SpecRead, SpecRead) {
         let yaml = std::str::from_utf8(data).ok().map(|text| WorkerConfig::parse(text, Path::new("fuzz.yaml")));
         let json = serde_json::from_slice::<leasehold_crds::StreamConsumerSpec>(data).ok().map(WorkerConfig::from_spec);
         (yaml, json)
@@ -176,7 +180,8 @@ pub mod parse {
 
     fn dynamo_value(json: &Value) -> Option<AttributeValue> {
         let (kind, value) = json.as_object().filter(|o| o.len() == 1)?.iter().next()?;
-        let strings = |v: &Value| v.as_array()?.iter().map(|s| s.as_str().map(str::to_string)).collect::<Option<Vec<_>>>();
+        let strings =
+            |v: &Value| v.as_array()?.iter().map(|s| s.as_str().map(str::to_string)).collect::<Option<Vec<_>>>();
         let blob = |v: &Value| v.as_str().map(|s| Blob::new(s.as_bytes()));
         Some(match kind.as_str() {
             "S" => AttributeValue::S(value.as_str()?.into()),

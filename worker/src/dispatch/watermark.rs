@@ -171,7 +171,10 @@ mod properties {
     }
 
     fn steps() -> impl Strategy<Value = Vec<Step>> {
-        proptest::collection::vec(prop_oneof![1 => Just(Step::Admit), 2 => any::<usize>().prop_map(Step::Complete)], 0..200)
+        proptest::collection::vec(
+            prop_oneof![1 => Just(Step::Admit), 2 => any::<usize>().prop_map(Step::Complete)],
+            0..200,
+        )
     }
 
     fn covers(ordinal: u64) -> Checkpoint {

@@ -19,6 +19,11 @@ use prost::Message;
 pub const MAGIC: [u8; 4] = [0xF3, 0x89, 0x9A, 0xC2];
 /// Length of the MD5 trailer.
 const DIGEST_LEN: usize = 16;
+/// The longest partition key Kinesis takes, in characters: a longer one in a key table was not written
+/// by a producer, and each user record naming it would copy it.
+const MAX_PARTITION_KEY_CHARS: usize = 256;
+/// The longest explicit hash key: 2^128 - 1 has 39 decimal digits.
+const MAX_EXPLICIT_HASH_KEY_LEN: usize = 39;
 
 /// One user record unpacked from an aggregate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +102,14 @@ pub enum Corruption {
         /// The key as found.
         key: String,
     },
+    /// A partition key longer than Kinesis takes (256 characters).
+    #[error("partition key {index} of the table has {chars} characters; Kinesis takes at most 256")]
+    PartitionKeyTooLong {
+        /// Its index in the partition key table.
+        index: usize,
+        /// Its length in characters.
+        chars: usize,
+    },
     /// A valid aggregate of no user records: delivering it whole keeps the Kinesis record visible.
     #[error("aggregate holds no user records")]
     Empty,
@@ -134,6 +147,10 @@ fn unpack(data: &Bytes) -> Result<Vec<UserRecord>, Corruption> {
         return Err(Corruption::Empty);
     }
     let wire::AggregatedRecord { partition_key_table, explicit_hash_key_table, records } = message;
+    let too_long = |key: &&String| key.len() > MAX_PARTITION_KEY_CHARS && key.chars().count() > MAX_PARTITION_KEY_CHARS;
+    if let Some((index, key)) = partition_key_table.iter().enumerate().find(|(_, key)| too_long(key)) {
+        return Err(Corruption::PartitionKeyTooLong { index, chars: key.chars().count() });
+    }
     records
         .into_iter()
         .enumerate()
@@ -156,7 +173,14 @@ fn unpack(data: &Bytes) -> Result<Vec<UserRecord>, Corruption> {
                         index,
                         table_len: explicit_hash_key_table.len(),
                     })?;
-                    let hash_key = key.parse().map_err(|_| Corruption::ExplicitHashKey { record, key: key.clone() })?;
+                    // Leading zeros parse too: the length bounds what each user record copies (and logs).
+                    let hash_key =
+                        key.parse().ok().filter(|_| key.len() <= MAX_EXPLICIT_HASH_KEY_LEN).ok_or_else(|| {
+                            Corruption::ExplicitHashKey {
+                                record,
+                                key: key.chars().take(MAX_EXPLICIT_HASH_KEY_LEN + 1).collect(),
+                            }
+                        })?;
                     (Some(key.clone()), hash_key)
                 }
             };

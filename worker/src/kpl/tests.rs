@@ -359,3 +359,28 @@ fn our_aggregates_decode_to_what_was_packed() {
         .collect();
     assert_eq!(got, vec![("a", None, &b"1"[..], 0), ("b", Some("42"), &b"22"[..], 1), ("a", None, &b""[..], 2)]);
 }
+
+#[test]
+fn keys_longer_than_kinesis_takes_are_corrupt() {
+    let at_limit = "é".repeat(256);
+    let message = wire::AggregatedRecord {
+        partition_key_table: vec![at_limit.clone()],
+        explicit_hash_key_table: vec![format!("{:0>39}", 7)],
+        records: vec![user(0, Some(0))],
+    };
+    let Deaggregated::Aggregate(users) = deaggregate(&encode(&message)) else { panic!("256 characters are taken") };
+    assert_eq!((users[0].partition_key.as_str(), users[0].hash_key), (at_limit.as_str(), 7));
+    let message = wire::AggregatedRecord {
+        partition_key_table: vec!["k".into(), "k".repeat(257)],
+        explicit_hash_key_table: vec![],
+        records: vec![user(0, None)],
+    };
+    assert_eq!(corruption(&encode(&message)), Corruption::PartitionKeyTooLong { index: 1, chars: 257 });
+    let zeros = format!("{:0>1000}", 7);
+    let message = wire::AggregatedRecord {
+        partition_key_table: vec!["k".into()],
+        explicit_hash_key_table: vec![zeros.clone()],
+        records: vec![user(0, Some(0))],
+    };
+    assert_eq!(corruption(&encode(&message)), Corruption::ExplicitHashKey { record: 0, key: zeros[..40].into() });
+}

@@ -75,9 +75,9 @@ use base64::Engine;
 
 use super::{Output, Outputs, ProcessError, Record, ShardProcessor};
 use batch::Batcher;
-pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
 /// The answer parsers, for the fuzz targets (`internals::parse`).
 pub(crate) use batch::outcomes as batch_outcomes;
+pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
 
 /// The `ce-type` of every record.
 pub const EVENT_TYPE: &str = "io.leasehold.kinesis.record";

@@ -188,16 +188,16 @@ impl Positions {
             return Reply::Ignored;
         };
         match reply.get("action").and_then(Value::as_str) {
-            Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => {
-                Reply::Answered
-            }
+            Some("status") if reply.get("responseFor").and_then(Value::as_str) == Some(response_for) => Reply::Answered,
             Some("checkpoint") => {
                 let sequence = reply.get("sequenceNumber").cloned().unwrap_or(Value::Null);
                 let sub_sequence = reply.get("subSequenceNumber").cloned().unwrap_or(Value::Null);
                 let error = self.accept_checkpoint(&sequence, &sub_sequence);
                 match error {
                     None => tracing::info!(%sequence, %sub_sequence, "multilang child checkpoint acknowledged"),
-                    Some(error) => tracing::warn!(%sequence, %sub_sequence, error, "multilang child checkpoint refused"),
+                    Some(error) => {
+                        tracing::warn!(%sequence, %sub_sequence, error, "multilang child checkpoint refused")
+                    }
                 }
                 Reply::Checkpoint(json!({"action": "checkpoint", "sequenceNumber": sequence,
                     "subSequenceNumber": sub_sequence, "error": error}))
@@ -240,7 +240,6 @@ impl Positions {
         self.checkpointed = Some(position);
         None
     }
-
 }
 
 impl MultilangProcessor {

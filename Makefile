@@ -5,11 +5,11 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: moto moto-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: fuzz fuzz-smoke moto moto-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included, and the import from the real Java KCL).
-test: emulators moto control-plane faketime prometheus kcl-java lint test-images node
+test: emulators moto control-plane faketime prometheus kcl-java lint fuzz-smoke test-images node
 	$(GROUND)/images.sh check
 	cargo test --locked --workspace --no-fail-fast --features leasehold-operator/real-node
 
@@ -18,6 +18,17 @@ lint:
 	cargo fmt --all -- --check
 	cargo clippy --locked --workspace --all-targets -- -D warnings
 	$(GROUND)/deny.sh check
+
+## The parsers' fuzz targets (fuzz/, libFuzzer on the nightly toolchain; cargo-fuzz installed when
+## missing), each for FUZZ_SECONDS (default 600), two at a time; inputs that add coverage join
+## fuzz/corpus/<target>. docs/testing.md, "Fuzzing".
+fuzz:
+	FUZZ_SECONDS=$${FUZZ_SECONDS:-600} $(GROUND)/fuzz.sh run
+
+## What `make test` runs of them: every committed input (fuzz/corpus, fuzz/regressions) once, then
+## FUZZ_SMOKE_SECONDS (default 20) of new inputs per target; any crash, timeout or OOM fails it.
+fuzz-smoke:
+	$(GROUND)/fuzz.sh smoke
 
 emulators:
 	$(GROUND)/emulators.sh start

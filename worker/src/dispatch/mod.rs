@@ -11,7 +11,7 @@
 //! dispatcher stops every record at once when the lease is lost.
 
 mod letter;
-mod requeue;
+pub(crate) mod requeue;
 mod retry;
 mod stuck;
 mod watermark;

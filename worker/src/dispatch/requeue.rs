@@ -247,3 +247,48 @@ mod tests {
         assert!(parse(&Bytes::from_static(b"\0leasehold-requeue ")).is_none());
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn any_data_wrapped_opens_to_its_history_and_data(
+            data in proptest::collection::vec(any::<u8>(), 0..2048),
+            requeues in any::<u32>(),
+            attempts in any::<u32>(),
+        ) {
+            let history = History { requeues, attempts };
+            let key = RequeueKey::random();
+            let copy = wrap(&key, "k", &data, history);
+            prop_assert_eq!(open(&key, "k", &copy), Opened::Genuine(history, Bytes::from(data.clone())));
+            prop_assert_eq!(open(&RequeueKey::random(), "k", &copy), Opened::Forged, "another key's copy");
+            prop_assert_eq!(open(&key, "other", &copy), Opened::Forged, "another key's record");
+        }
+
+        #[test]
+        fn what_opens_is_the_end_of_the_data(
+            data in prop_oneof![
+                proptest::collection::vec(any::<u8>(), 0..256),
+                ("(requeues|attempts)=[0-9]{0,12}( (requeues|attempts)=[0-9]{0,12})?\n", any::<Vec<u8>>())
+                    .prop_map(|(header, rest)| [b"\0leasehold-requeue ".as_slice(), header.as_bytes(), &rest].concat()),
+            ]
+        ) {
+            let data = Bytes::from(data);
+            prop_assert_ne!(
+                std::mem::discriminant(&open(&RequeueKey::random(), "k", &data)),
+                std::mem::discriminant(&Opened::Genuine(History::default(), Bytes::new())),
+                "no unsigned data opens as genuine"
+            );
+            if let Some((_, original)) = open_unverified(&data) {
+                prop_assert!(data.ends_with(&original));
+                prop_assert!(original.len() < data.len());
+            }
+        }
+    }
+}

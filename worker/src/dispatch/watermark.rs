@@ -155,3 +155,87 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// What a shard's reader and runners do to the watermark: admit the next record, or finish one
+    /// (by index into the records admitted so far, done ones and unknown ordinals included).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Admit,
+        Complete(usize),
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        proptest::collection::vec(
+            prop_oneof![1 => Just(Step::Admit), 2 => any::<usize>().prop_map(Step::Complete)],
+            0..200,
+        )
+    }
+
+    fn covers(ordinal: u64) -> Checkpoint {
+        Checkpoint::Sequence(format!("{ordinal:05}"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn the_mark_is_the_end_of_the_done_prefix_and_never_moves_back(steps in steps()) {
+            let mut marks = Watermark::default();
+            let mut done: Vec<bool> = Vec::new();
+            let mut prefix = 0usize;
+            for step in steps {
+                match step {
+                    Step::Admit => {
+                        prop_assert_eq!(marks.admit(None), done.len() as u64, "ordinals count up from 0");
+                        done.push(false);
+                    }
+                    Step::Complete(pick) => {
+                        // One in eight names an ordinal never admitted, which must be ignored.
+                        let ordinal = if pick % 8 == 7 || done.is_empty() {
+                            (done.len() + pick % 3) as u64
+                        } else {
+                            (pick % done.len()) as u64
+                        };
+                        marks.complete(ordinal, covers(ordinal));
+                        if let Some(d) = done.get_mut(ordinal as usize) {
+                            *d = true;
+                        }
+                    }
+                }
+                let now = done.iter().take_while(|d| **d).count();
+                prop_assert!(now >= prefix, "the done prefix never shrinks");
+                prefix = now;
+                let expected = prefix.checked_sub(1).map(|last| covers(last as u64));
+                prop_assert_eq!(marks.last(), expected.as_ref(), "the mark is the prefix's last record: {:?}", done);
+                prop_assert_eq!(marks.pending(), done.len() - prefix);
+                let highest = done.iter().rposition(|d| *d).map(|i| i as u64);
+                prop_assert_eq!(marks.highest_done(), highest);
+            }
+        }
+
+        #[test]
+        fn any_completion_order_ends_at_the_last_record(order in Just((0..64u64).collect::<Vec<_>>()).prop_shuffle()) {
+            let mut marks = Watermark::default();
+            for _ in 0..64 {
+                marks.admit(None);
+            }
+            let mut last_seen: Option<u64> = None;
+            for ordinal in order {
+                marks.complete(ordinal, covers(ordinal));
+                if let Some(Checkpoint::Sequence(text)) = marks.take_advanced() {
+                    let at: u64 = text.parse().map_err(|_| TestCaseError::fail("a sequence"))?;
+                    prop_assert!(last_seen.is_none_or(|before| at > before), "advances only forward");
+                    last_seen = Some(at);
+                }
+            }
+            prop_assert_eq!(marks.last(), Some(&covers(63)));
+            prop_assert_eq!(marks.pending(), 0);
+        }
+    }
+}

@@ -136,3 +136,48 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+pub(crate) mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// Any checkpoint a row can hold, sub-sequences included.
+    pub(crate) fn any_checkpoint() -> impl Strategy<Value = Checkpoint> {
+        prop_oneof![
+            Just(Checkpoint::TrimHorizon),
+            Just(Checkpoint::Latest),
+            Just(Checkpoint::ShardEnd),
+            any::<i64>().prop_map(Checkpoint::AtTimestamp),
+            "[0-9]{1,128}".prop_map(Checkpoint::Sequence),
+            ("[0-9]{1,128}", any::<u32>())
+                .prop_map(|(sequence, sub_sequence)| Checkpoint::SubSequence { sequence, sub_sequence }),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_checkpoint_reads_back_from_its_attributes(checkpoint in any_checkpoint()) {
+            let read = Checkpoint::from_attributes(&checkpoint.attribute(), checkpoint.sub_sequence());
+            prop_assert_eq!(read, Ok(checkpoint.clone()));
+            if checkpoint.sub_sequence().is_none() {
+                prop_assert_eq!(checkpoint.to_string().parse::<Checkpoint>(), Ok(checkpoint));
+            }
+        }
+
+        #[test]
+        fn any_text_that_reads_is_written_back_as_text_that_reads_the_same(
+            text in prop_oneof![
+                "(TRIM_HORIZON|LATEST|SHARD_END|AT_TIMESTAMP:)?[-+]?[0-9]{0,130}",
+                any::<String>(),
+            ]
+        ) {
+            if let Ok(checkpoint) = text.parse::<Checkpoint>() {
+                prop_assert_eq!(checkpoint.attribute().parse::<Checkpoint>(), Ok(checkpoint));
+            }
+        }
+    }
+}

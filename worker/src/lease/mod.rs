@@ -26,6 +26,7 @@ use async_trait::async_trait;
 
 pub use checkpoint::{Checkpoint, InvalidCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub(crate) use dynamo::from_item;
 pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
 pub use error::{LeaseError, Result};
 pub(crate) use held::HeldLease;

@@ -330,7 +330,8 @@ pub fn encode_new(lease: &NewLease) -> Attributes {
 /// row stays free.
 pub fn encode_replacement(seen: &Lease, new: &NewLease) -> Attributes {
     let mut attrs = encode_new(new);
-    attrs.insert(attr::LEASE_COUNTER.into(), AttrValue::N((seen.counter + 1).to_string()));
+    // Wrapping: the counter only has to differ from the one seen (a hostile row may hold u64::MAX).
+    attrs.insert(attr::LEASE_COUNTER.into(), AttrValue::N(seen.counter.wrapping_add(1).to_string()));
     if let Some(owner) = &seen.owner {
         attrs.insert(attr::LEASE_OWNER.into(), AttrValue::S(owner.clone()));
     }
@@ -427,5 +428,72 @@ mod tests {
         assert_eq!(decode_member(&attrs).map(|m| m.draining), Ok(true));
         attrs.insert(attr::MEMBER_DRAINING.into(), AttrValue::S("yes".into()));
         assert!(decode_member(&attrs).is_err(), "a mark of the wrong type is malformed, like any attribute");
+    }
+}
+
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::lease::checkpoint::properties::any_checkpoint;
+
+    fn any_new_lease() -> impl Strategy<Value = NewLease> {
+        (
+            "[a-zA-Z0-9_.-]{1,128}",
+            "\\PC{1,64}",
+            any_checkpoint(),
+            proptest::collection::vec("shardId-[0-9]{12}", 0..3),
+            proptest::option::of(any::<i64>()),
+        )
+            .prop_map(|(stream, shard, checkpoint, parent_shard_ids, stream_created)| NewLease {
+                key: LeaseKey::new(stream, shard),
+                checkpoint,
+                parent_shard_ids,
+                stream_created,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn a_new_row_decodes_to_what_was_encoded(new in any_new_lease()) {
+            let lease = decode(&encode_new(&new)).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            prop_assert_eq!(&lease.key, &new.key);
+            prop_assert_eq!(&lease.checkpoint, &new.checkpoint);
+            prop_assert_eq!(&lease.parent_shard_ids, &new.parent_shard_ids);
+            prop_assert_eq!(lease.stream_created, new.stream_created);
+            prop_assert_eq!((lease.owner, lease.expiry_ms, lease.counter, lease.handoff_to, lease.lag_ms),
+                (None, None, 0, None, None));
+        }
+
+        #[test]
+        fn a_replacement_keeps_owner_and_expiry_and_moves_the_counter(
+            seen in any_new_lease(),
+            new in any_new_lease(),
+            owner in proptest::option::of("[a-z0-9-]{1,40}"),
+            expiry_ms in proptest::option::of(any::<i64>()),
+            counter in prop_oneof![any::<u64>(), Just(0), Just(u64::MAX)],
+        ) {
+            let mut seen = decode(&encode_new(&seen)).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            (seen.owner, seen.expiry_ms, seen.counter) = (owner, expiry_ms, counter);
+            let lease = decode(&encode_replacement(&seen, &new)).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            prop_assert_eq!(&lease.checkpoint, &new.checkpoint);
+            prop_assert_eq!((&lease.owner, lease.expiry_ms), (&seen.owner, seen.expiry_ms));
+            prop_assert_ne!(lease.counter, seen.counter, "the former holder's next write must be refused");
+        }
+
+        #[test]
+        fn a_checkpoint_written_over_any_other_reads_back(first in any_checkpoint(), then in any_checkpoint()) {
+            let mut attrs = encode_new(&NewLease {
+                key: LeaseKey::new("s", "shardId-000000000000"),
+                checkpoint: first,
+                parent_shard_ids: vec![],
+                stream_created: None,
+            });
+            put_checkpoint(&mut attrs, &then);
+            prop_assert_eq!(decode(&attrs).map(|l| l.checkpoint), Ok(then));
+        }
     }
 }

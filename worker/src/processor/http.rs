@@ -92,6 +92,8 @@ use hyper_util::rt::TokioExecutor;
 use super::{Output, Outputs, ProcessError, Record, ShardProcessor, foreign};
 pub use answer::{Answer, AnswerError, AnswerOutput, Failed, MAX_ANSWER_BYTES, parse_answer};
 use batch::Batcher;
+/// The answer readers of both modes, for the fuzz targets (`internals::parse`).
+pub(crate) use batch::outcomes as batch_outcomes;
 pub use batch::{BATCH_CONTENT_TYPE, HttpBatching};
 
 /// The `ce-type` of every record.
@@ -301,7 +303,7 @@ fn ce_value(value: &str) -> Result<HeaderValue, ProcessError> {
 /// Outputs in a 2xx answer: a JSON body `{"outputs": [{"data": "<base64>", "partitionKey": "k",
 /// "carryPartitionKey": true}]}` (both keys optional). An empty or plain-text body emits nothing; a
 /// body starting like JSON must parse (see [`parse_answer`]).
-fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
+pub(crate) fn parse_outputs(body: &[u8], record: &Record) -> Result<Vec<Output>, ProcessError> {
     let answer = parse_answer(body).map_err(|e| e.into_process_error("the call"))?;
     Ok(answer.outputs.iter().map(|item| to_output(item, record)).collect())
 }

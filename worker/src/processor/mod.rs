@@ -16,6 +16,8 @@ use bytes::Bytes;
 
 use crate::lease::{Checkpoint, LeaseKey};
 pub use http::{BATCH_CONTENT_TYPE, EVENT_TYPE, HttpBatching, HttpProcessor, HttpProcessorError};
+/// The parsers of what a receiver or a child answers, for the fuzz targets (`internals::parse`).
+pub(crate) use http::{batch_outcomes, parse_outputs};
 pub use multilang::MultilangProcessor;
 pub use output::{Output, Outputs};
 pub(crate) use record_json::RecordJson;

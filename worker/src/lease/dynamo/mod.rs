@@ -20,7 +20,9 @@ use super::row::{
 };
 use super::settings::LeaseSettings;
 use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
-use convert::{from_item, to_item};
+// `from_item` also for the fuzz targets (`internals::parse`).
+pub(crate) use convert::from_item;
+use convert::to_item;
 use errors::{Request, classify};
 pub use table::{TableBilling, create_table, ensure_table};
 

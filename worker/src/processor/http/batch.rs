@@ -176,7 +176,7 @@ fn structured_event(record: &Record) -> Value {
 }
 
 /// Each record's outcome from a 2xx answer's body; an answer that cannot be read fails them all.
-fn outcomes(body: &[u8], records: &[Record]) -> Vec<Outcome> {
+pub(crate) fn outcomes(body: &[u8], records: &[Record]) -> Vec<Outcome> {
     read_answer(body, records).unwrap_or_else(|error| vec![Err(error); records.len()])
 }
 

@@ -307,7 +307,8 @@ pub struct Refusals {
 }
 
 impl Refusals {
-    /// Refusals counted into `metrics`.
+    /// Refusals counted into `metrics` (made by the endpoint's inbox, which the `cli` feature serves).
+    #[cfg(feature = "cli")]
     pub fn new(metrics: Arc<Metrics>) -> Self {
         Self { metrics, throttle: LogThrottle::new(Duration::from_secs(10)) }
     }

@@ -27,7 +27,6 @@ use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
 use crate::aws::{Fault, classify};
-use crate::dispatch::Publisher;
 use crate::processor::Record;
 
 /// The most a Kinesis record takes: data and partition key together (1 MiB).
@@ -117,18 +116,27 @@ pub fn object_key(prefix: &str, record: &Record) -> String {
 /// ASCII or punctuation), else its SHA-256 as 64 hex digits.
 pub fn sqs_id(id: &str) -> String {
     let valid = !id.is_empty() && id.len() <= SQS_MAX_ID_CHARS && id.bytes().all(|b| b.is_ascii_graphic());
-    if valid { id.to_string() } else { crate::dispatch::sha256_hex(id.as_bytes()) }
+    if valid { id.to_string() } else { sha256_hex(id.as_bytes()) }
 }
 
 /// `key` if Kinesis takes it as a partition key (1 to 256 characters), else its SHA-256 as 64 hex
 /// digits.
 pub fn kinesis_key(key: &str) -> String {
     let chars = key.chars().count();
-    if (1..=KINESIS_MAX_KEY_CHARS).contains(&chars) {
-        key.to_string()
-    } else {
-        crate::dispatch::sha256_hex(key.as_bytes())
-    }
+    if (1..=KINESIS_MAX_KEY_CHARS).contains(&chars) { key.to_string() } else { sha256_hex(key.as_bytes()) }
+}
+
+/// Writes records to a stream (requeued copies, dead letters, outputs).
+#[async_trait]
+pub trait Publisher: Send + Sync {
+    /// Puts one record on `stream`; a refusal says whether it can ever succeed.
+    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<(), DeliveryError>;
+}
+
+/// Hex of the SHA-256 of `bytes` (dead letters' `dataSha256`, ids and keys a destination would refuse).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
 }
 
 /// A stream, written through a [`Publisher`] (the dead-letter stream).
@@ -317,7 +325,7 @@ mod tests {
         let long = "k".repeat(200);
         for refused in [long.as_str(), "", "with space", "ünïcode", "tab\t"] {
             let id = sqs_id(refused);
-            assert_eq!(id, crate::dispatch::sha256_hex(refused.as_bytes()), "{refused:?}");
+            assert_eq!(id, sha256_hex(refused.as_bytes()), "{refused:?}");
             assert_eq!(id.len(), 64);
         }
         assert_eq!(sqs_id(&"k".repeat(128)), "k".repeat(128));

@@ -546,16 +546,19 @@ async fn the_amazon_kclpy_sample_checkpoints_at_a_sub_sequence() {
     let quoted: Vec<String> = command.iter().map(|c| format!("'{c}'")).collect();
     let processor = format!("processor: {{multilang: {{command: [{}], timeout: 30s}}}}\n", quoted.join(", "));
     let mut w = worker(&stream, &table, &processor, "", "kplkclpy-1");
-    wait_for("the sample logs every user record", Duration::from_secs(60), || {
-        w.stderr_text().matches("Record (Partition Key:").count() >= given.len()
-    });
-    wait_for("the sample checkpointed", Duration::from_secs(20), || {
+    // The sample logs each record to stderr without a newline, so its lines are only whole once the
+    // worker exits: wait for its checkpoint (a whole line of the worker's), then count after the exit.
+    wait_for("the sample checkpointed", Duration::from_secs(80), || {
         !w.events("multilang child checkpoint acknowledged").is_empty()
     });
     w.signal("TERM");
     let status = w.wait_exit(Duration::from_secs(30)).expect("exits");
     let logs = w.stderr_text();
     assert!(status.success(), "{logs}");
+    assert!(
+        logs.matches("Record (Partition Key:").count() >= given.len(),
+        "the sample logs every user record:\n{logs}"
+    );
     // The sample checkpoints at the largest (sequence, sub-sequence) it has seen after its first
     // message: a user record inside the aggregate, which the worker accepts.
     let acknowledged: Vec<Value> = w

@@ -10,9 +10,9 @@
 //! sequence and sub-sequence number) is always whole: with it the record can be read again while the
 //! stream keeps it.
 
+use crate::destination::sha256_hex;
 use bytes::Bytes;
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
 use super::requeue::History;
 use crate::processor::{Record, RecordJson};
@@ -72,11 +72,6 @@ pub fn cut_str(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
-}
-
-/// Hex of the SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 impl<'a> Letters<'a> {

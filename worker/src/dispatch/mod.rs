@@ -27,13 +27,13 @@ use futures::stream::FuturesUnordered;
 use leasehold_crds::{Ordering, ResolvedSpec};
 use tokio_util::sync::CancellationToken;
 
+pub use crate::destination::Publisher;
 use crate::lease::Checkpoint;
 use crate::processor::{Record, ShardProcessor};
-pub use letter::sha256_hex;
 /// Parses a requeue header without checking its proof: `fn(&Bytes) -> Option<(History, Bytes)>`.
 pub use requeue::open_unverified as open_requeued;
 pub use requeue::{Envelope, History, KeySource, Opened, RequeueKey, parse as parse_requeued};
-pub use retry::{Outcome, Publisher, RetryPolicy, Runner};
+pub use retry::{Outcome, RetryPolicy, Runner};
 pub use watermark::Watermark;
 
 /// Order and concurrency inside a shard (`spec.ordering`, `spec.concurrency`).

@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::letter::Letters;
 use super::requeue::{self, History, KeySource, Opened, RequeueKey};
-use crate::destination::{DeliveryError, Destination, KINESIS_MAX_RECORD_BYTES, StreamDestination};
+use crate::destination::{DeliveryError, Destination, KINESIS_MAX_RECORD_BYTES, Publisher, StreamDestination};
 use crate::metrics::Metrics;
 use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
 
@@ -65,13 +65,6 @@ impl RetryPolicy {
             max_record_age: spec.max_record_age,
         }
     }
-}
-
-/// Writes records to a stream (requeued copies, dead letters).
-#[async_trait]
-pub trait Publisher: Send + Sync {
-    /// Puts one record on `stream`; a refusal says whether it can ever succeed.
-    async fn publish(&self, stream: &str, partition_key: &str, data: Bytes) -> Result<(), DeliveryError>;
 }
 
 /// How a record's run ended.

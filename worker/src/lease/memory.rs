@@ -288,7 +288,7 @@ impl GroupRows for MemoryLeaseStore {
         let mut rows = self.table.rows();
         let row = rows
             .entry(requeue_key_row().to_string())
-            .or_insert_with(|| encode_requeue_row(&crate::dispatch::RequeueKey::random().to_hex()));
+            .or_insert_with(|| encode_requeue_row(&super::row::new_requeue_secret()));
         Ok(decode_requeue_secret(row)?)
     }
 }

@@ -80,6 +80,11 @@ pub fn requeue_key_row() -> LeaseKey {
     term_key("requeue-key")
 }
 
+/// A fresh requeue secret: 32 random bytes as 64 hex digits (what `dispatch`'s `RequeueKey` reads).
+pub fn new_requeue_secret() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
 /// The attributes of a fresh requeue-key row holding `secret`.
 pub fn encode_requeue_row(secret: &str) -> Attributes {
     let mut attrs = encode_new(&NewLease {

@@ -254,7 +254,7 @@ async fn an_oversized_dead_letter_goes_cut_and_points_at_the_whole_one() {
     let cut = json(&taken[0]);
     assert_eq!(cut["truncated"], true);
     assert_eq!(cut["dataBytes"], 200_000);
-    assert_eq!(cut["dataSha256"], crate::dispatch::sha256_hex(&big));
+    assert_eq!(cut["dataSha256"], crate::destination::sha256_hex(&big));
     assert_eq!(cut["dataObject"], "s3://b/k.json");
     let metrics = bound.metrics().encode();
     assert!(
@@ -301,7 +301,7 @@ async fn a_dead_letter_stream_gets_a_cut_letter_under_a_key_it_takes() {
     assert_eq!(bound.run(&huge, &stop).await, Outcome::DeadLettered);
     let (stream, key, letter) = sink.0.lock().unwrap()[0].clone();
     assert_eq!(stream, "dlq");
-    assert_eq!(key, crate::dispatch::sha256_hex(long_key.as_bytes()), "a key Kinesis takes");
+    assert_eq!(key, crate::destination::sha256_hex(long_key.as_bytes()), "a key Kinesis takes");
     assert!(letter.len() + key.len() <= 1024 * 1024, "{}", letter.len());
     let letter = json(&letter);
     assert_eq!((letter["truncated"].as_bool(), letter["dataBytes"].as_u64()), (Some(true), Some(900 * 1024)));

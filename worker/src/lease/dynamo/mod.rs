@@ -413,7 +413,7 @@ impl GroupRows for DynamoLeaseStore {
             if let Some(item) = out.item {
                 return Ok(decode_requeue_secret(&from_item(&item))?);
             }
-            let secret = crate::dispatch::RequeueKey::random().to_hex();
+            let secret = crate::lease::row::new_requeue_secret();
             let put = self
                 .client
                 .put_item()

@@ -546,10 +546,11 @@ async fn the_amazon_kclpy_sample_checkpoints_at_a_sub_sequence() {
     let quoted: Vec<String> = command.iter().map(|c| format!("'{c}'")).collect();
     let processor = format!("processor: {{multilang: {{command: [{}], timeout: 30s}}}}\n", quoted.join(", "));
     let mut w = worker(&stream, &table, &processor, "", "kplkclpy-1");
-    // The sample logs each record to stderr without a newline, so its lines are only whole once the
-    // worker exits: wait for its checkpoint (a whole line of the worker's), then count after the exit.
+    // The sample logs each record to the shared stderr without a newline, so the worker's next log
+    // line continues the sample's: wait for the text of the checkpoint line, and read the JSON of each
+    // line from its first `{` once the worker has exited.
     wait_for("the sample checkpointed", Duration::from_secs(80), || {
-        !w.events("multilang child checkpoint acknowledged").is_empty()
+        w.stderr_text().contains("multilang child checkpoint acknowledged")
     });
     w.signal("TERM");
     let status = w.wait_exit(Duration::from_secs(30)).expect("exits");
@@ -561,10 +562,9 @@ async fn the_amazon_kclpy_sample_checkpoints_at_a_sub_sequence() {
     );
     // The sample checkpoints at the largest (sequence, sub-sequence) it has seen after its first
     // message: a user record inside the aggregate, which the worker accepts.
-    let acknowledged: Vec<Value> = w
-        .logs()
-        .into_iter()
-        .map(|(_, v)| v)
+    let acknowledged: Vec<Value> = logs
+        .lines()
+        .filter_map(|line| line.find("{\"").and_then(|at| serde_json::from_str::<Value>(&line[at..]).ok()))
         .filter(|v| v["message"] == "multilang child checkpoint acknowledged")
         .collect();
     let inside = acknowledged.iter().find(|v| v["sequence"].as_str().is_some_and(|s| s.contains(&sequence)));

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine;
+use common::moto::moto_endpoint;
 use common::*;
 use leasehold_testkit::kinesis::put_records;
 use leasehold_worker::Metrics;
@@ -25,24 +26,6 @@ use tokio_util::sync::CancellationToken;
 
 const KEYS: usize = 5;
 const PER_KEY: u64 = 6;
-
-/// moto's endpoint: `$LEASEHOLD_MOTO_ENDPOINT`, else the one `tests/ground/moto.sh start` wrote down;
-/// panics (the test fails loudly) when moto is not running.
-fn moto_endpoint() -> String {
-    let from_file = || {
-        let text = std::fs::read_to_string(leasehold_testkit::state_dir().join("moto.env")).ok()?;
-        text.lines().find_map(|l| l.strip_prefix("LEASEHOLD_MOTO_ENDPOINT=")).map(str::to_string)
-    };
-    let endpoint = std::env::var("LEASEHOLD_MOTO_ENDPOINT").ok().or_else(from_file).unwrap_or_else(|| {
-        panic!("moto's endpoint is unknown: start it with tests/ground/moto.sh start (make test does)")
-    });
-    let authority = endpoint.trim_start_matches("http://");
-    assert!(
-        std::net::TcpStream::connect(authority).is_ok(),
-        "moto is not answering at {endpoint}: start it with tests/ground/moto.sh start"
-    );
-    endpoint
-}
 
 async fn clients(endpoint: &str) -> (aws_sdk_sqs::Client, aws_sdk_s3::Client) {
     let sdk = leasehold_testkit::sdk_config(endpoint.to_string()).await;

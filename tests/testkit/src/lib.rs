@@ -7,6 +7,7 @@
 pub mod dynamo_meter;
 pub mod fanout;
 mod fault;
+pub mod holds;
 pub mod kinesis;
 pub mod kpl;
 pub mod modules;

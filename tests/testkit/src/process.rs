@@ -6,9 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use base64::Engine;
+
+use crate::holds::{LeaseEvent, LeaseEventKind};
 
 /// One record a worker printed with the stdout processor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -261,23 +263,52 @@ impl WorkerProcess {
             .collect()
     }
 
-    /// Shards this worker holds now, judged from its `lease acquired` and release/loss logs.
+    /// Log lines whose `message` equals `message`, with their `shard` field, stamped with the time the
+    /// worker wrote them (its own clock): what to compare with another process's events or with the
+    /// test's `SystemTime::now()`. Lines without a timestamp are left out.
+    pub fn events_logged(&self, message: &str) -> Vec<(SystemTime, String)> {
+        self.logs()
+            .into_iter()
+            .filter(|(_, v)| v.get("message").and_then(|m| m.as_str()) == Some(message))
+            .filter_map(|(_, v)| {
+                let shard = v.get("shard").and_then(|s| s.as_str()).unwrap_or_default().to_string();
+                Some((crate::holds::logged_at(&v)?, shard))
+            })
+            .collect()
+    }
+
+    /// This worker's lease events (acquired, released, handed over, lost, shard ended) in the order
+    /// it logged them, stamped by its own clock.
+    pub fn lease_events(&self) -> Vec<LeaseEvent> {
+        let mut events: Vec<LeaseEvent> = self
+            .logs()
+            .into_iter()
+            .filter_map(|(_, v)| {
+                let kind = LeaseEventKind::of(v.get("message")?.as_str()?)?;
+                Some(LeaseEvent {
+                    at: crate::holds::logged_at(&v)?,
+                    shard: v.get("shard").and_then(|s| s.as_str()).unwrap_or_default().to_string(),
+                    kind,
+                    counter: v.get("counter").and_then(|c| c.as_u64()),
+                    checkpoint: v.get("checkpoint").and_then(|c| c.as_str()).map(str::to_string),
+                })
+            })
+            .collect();
+        // One process writes its lines in order; the sort is stable, so equal stamps keep it.
+        events.sort_by_key(|e| e.at);
+        events
+    }
+
+    /// Shards this worker holds now, judged from its `lease acquired` and release/loss logs in the
+    /// order it wrote them. To tell whether two workers held a shard at once, use
+    /// [`double_holds`](crate::holds::double_holds), not two of these snapshots: another worker's
+    /// lines may not have been read yet.
     pub fn held_shards(&self) -> Vec<String> {
-        let mut held: Vec<(Instant, String, bool)> = Vec::new();
-        for (at, shard) in self.events("lease acquired") {
-            held.push((at, shard, true));
-        }
-        for message in ["lease released", "lease handed over", "lease lost", "shard ended"] {
-            for (at, shard) in self.events(message) {
-                held.push((at, shard, false));
-            }
-        }
-        held.sort_by_key(|(at, _, _)| *at);
         let mut now: Vec<String> = Vec::new();
-        for (_, shard, acquired) in held {
-            now.retain(|s| *s != shard);
-            if acquired {
-                now.push(shard);
+        for event in self.lease_events() {
+            now.retain(|s| *s != event.shard);
+            if event.kind == LeaseEventKind::Acquired {
+                now.push(event.shard);
             }
         }
         now.sort();

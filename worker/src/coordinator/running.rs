@@ -202,13 +202,17 @@ pub(super) async fn beat(
 async fn release(held: &HeldLease, final_checkpoint: Option<Checkpoint>, to: Option<String>) -> bool {
     let key = held.key().clone();
     match held.release(final_checkpoint.clone(), to.clone()).await {
-        Ok(_) => match to {
+        // The counter the release wrote places it among the row's writes (tests order the holds of
+        // different workers by it, not by when they read the lines).
+        Ok(released) => match to {
             Some(to) => {
-                tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, "lease handed over");
+                let counter = released.counter;
+                tracing::info!(shard = %key, to, checkpoint = ?final_checkpoint, counter, "lease handed over");
                 true
             }
             None => {
-                tracing::info!(shard = %key, checkpoint = ?final_checkpoint, "lease released");
+                let counter = released.counter;
+                tracing::info!(shard = %key, checkpoint = ?final_checkpoint, counter, "lease released");
                 false
             }
         },

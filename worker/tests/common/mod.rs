@@ -425,13 +425,15 @@ macro_rules! on_every_ground {
     };
 }
 
-/// Per key, the first deliveries in the order the test saw them carry increasing numbers, across
-/// every parent -> child change, and at least one key moved between shards (so the test did reshard).
-pub fn assert_key_order_across_shards(deliveries: &[Delivery]) {
+/// Per key, the first deliveries in the order `workers` processed them carry increasing numbers,
+/// across every parent -> child change, and at least one key moved between shards (so the test did
+/// reshard). The order is rebuilt from the workers' own records
+/// ([`leasehold_testkit::holds::in_processing_order`]), not from when the test read their lines: the
+/// parent's last records on one worker may be read after the child's first on another.
+pub fn assert_key_order_across_shards(workers: &[&WorkerProcess]) {
     let mut first_seen: BTreeMap<String, Vec<(u64, String)>> = BTreeMap::new();
     let mut seen: HashSet<String> = HashSet::new();
-    let mut sorted = deliveries.to_vec();
-    sorted.sort_by_key(|d| d.seen_at);
+    let sorted = leasehold_testkit::holds::in_processing_order(workers);
     for d in &sorted {
         if seen.insert(d.data.clone()) {
             first_seen.entry(d.partition_key.clone()).or_default().push((data_number(&d.data), d.shard_id.clone()));
@@ -455,14 +457,21 @@ pub fn assert_key_order_across_shards(deliveries: &[Delivery]) {
 }
 
 /// Each child shard of `stream` was first acquired only after every one of its parents ended
-/// (`(child, parents)` pairs), over all `workers`.
+/// (`(child, parents)` pairs), over all `workers`, by the times the workers logged them (their own
+/// clocks: the lines of two processes are not read in the order they were written).
 pub fn assert_children_after_parents(workers: &[&WorkerProcess], stream: &str, family: &[(&str, &[&str])]) {
-    let ended =
-        |shard: &str| workers.iter().filter_map(|w| event_time(w, "shard ended", &format!("{stream}:{shard}"))).min();
+    let ended = |shard: &str| {
+        workers
+            .iter()
+            .flat_map(|w| w.events_logged("shard ended"))
+            .filter(|(_, s)| *s == format!("{stream}:{shard}"))
+            .map(|(at, _)| at)
+            .min()
+    };
     let started = |shard: &str| {
         workers
             .iter()
-            .flat_map(|w| w.events("lease acquired"))
+            .flat_map(|w| w.events_logged("lease acquired"))
             .filter(|(_, s)| *s == format!("{stream}:{shard}"))
             .map(|(at, _)| at)
             .min()

@@ -47,7 +47,7 @@ async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_
         let a = spawn_worker(&config, "a");
         let b = spawn_worker(&config, "b");
         let mut c = spawn_worker(&config, "c");
-        wait_until("three workers with two leases each", Duration::from_secs(60), || async {
+        wait_for("three workers with two leases each", Duration::from_secs(60), async || {
             let d = describe(&table, &stream);
             ["a", "b", "c"].iter().all(|w| held(&d, w) == 2)
         })
@@ -73,8 +73,7 @@ async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_
         tokio::time::sleep(Duration::from_secs(3)).await;
         c.signal("TERM");
         assert!(c.wait_exit(Duration::from_secs(20)).is_some(), "c did not stop");
-        wait_until("a holds all six", Duration::from_secs(30), || async { held(&describe(&table, &stream), "a") == 6 })
-            .await;
+        wait_for("a holds all six", Duration::from_secs(30), async || held(&describe(&table, &stream), "a") == 6).await;
         tokio::time::sleep(Duration::from_secs(3)).await;
         let d = describe(&table, &stream);
         assert_eq!((held(&d, "a"), held(&d, "b")), (6, 0), "{d}");
@@ -87,7 +86,7 @@ async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_
         // Cancelled, b takes its share again (by handoff from a).
         let cancelled = run_async(args(&table, &stream, &["b", "--cancel"])).await.expect_code(0);
         assert!(cancelled.stdout.contains("b: drain cancelled"), "{}", cancelled.stdout);
-        wait_until("b back at its share", Duration::from_secs(30), || async {
+        wait_for("b back at its share", Duration::from_secs(30), async || {
             let d = describe(&table, &stream);
             held(&d, "a") == 3 && held(&d, "b") == 3
         })
@@ -99,9 +98,8 @@ async fn a_drained_worker_hands_every_lease_over_once_and_takes_none_back_until_
         let written = producer.stop().await;
         let workers = [&a, &b, &c];
         let total = written.len();
-        wait_until("every record delivered", Duration::from_secs(60), || {
-            let seen = distinct(&deliveries(&workers)).len();
-            async move { seen >= total }
+        wait_for("every record delivered", Duration::from_secs(60), async || {
+            distinct(&deliveries(&workers)).len() >= total
         })
         .await;
         let stalls: Vec<(String, usize)> = workers
@@ -147,10 +145,8 @@ fn drain_refuses_unknown_workers_and_the_last_reader() {
         let table = leasehold_testkit::create_lease_table(&dynamodb, "cli-drain-refused").await;
         let config = config(&stream, &table, "");
         let a = spawn_worker(&config, "a");
-        wait_until("a holds both leases", Duration::from_secs(40), || async {
-            held(&describe(&table, &stream), "a") == 2
-        })
-        .await;
+        wait_for("a holds both leases", Duration::from_secs(40), async || held(&describe(&table, &stream), "a") == 2)
+            .await;
         let unknown = run_async(args(&table, &stream, &["nobody"])).await.expect_code(3);
         assert!(unknown.stderr.contains("worker nobody is not a live member"), "{}", unknown.stderr);
         let alone = run_async(args(&table, &stream, &["a"])).await.expect_code(4);

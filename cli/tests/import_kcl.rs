@@ -181,7 +181,7 @@ fn kcl_checkpoints_are_imported_and_a_worker_resumes_exactly_after_them() {
         // A Leasehold worker (told to start at TRIM_HORIZON, which the imported checkpoints override)
         // processes everything after the KCL's checkpoints and nothing before.
         let worker = spawn_worker(&config(&stream, &table, "startPosition: TRIM_HORIZON\n"), "after-kcl");
-        wait_until("the records after the KCL's checkpoints", Duration::from_secs(30), || async {
+        wait_for("the records after the KCL's checkpoints", Duration::from_secs(30), async || {
             worker.deliveries().len() >= 7
         })
         .await;

@@ -44,7 +44,7 @@ async fn install_crd(client: &Client) {
     crds.patch(&crd.name_any(), &PatchParams::apply("leasehold-cli-tests").force(), &Patch::Apply(&crd))
         .await
         .expect("apply CRD");
-    wait_until("the CRD is established", Duration::from_secs(20), || async {
+    wait_for("the CRD is established", Duration::from_secs(20), async || {
         crds.get(&crd.name_any())
             .await
             .ok()
@@ -123,7 +123,7 @@ fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
 
         // Nothing but the kubeconfig and credentials: table, region and endpoints come from the spec.
         let mut worker = spawn_worker(&config(&stream, &table, "startPosition: TRIM_HORIZON\n"), "pod-a");
-        wait_until("the worker reads both shards", Duration::from_secs(30), || async {
+        wait_for("the worker reads both shards", Duration::from_secs(30), async || {
             run_k(&["describe", &name, "-o", "json"]).json()["summary"]["reading"] == 2
         })
         .await;
@@ -155,7 +155,7 @@ fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
 
         // pause: spec.paused is set; the tool waits (with a progress line) until the worker has left.
         let (mut pause, lines) = start_k(&["pause", &name, "--timeout", "60s", "-o", "json"]);
-        wait_until("spec.paused", Duration::from_secs(20), || async {
+        wait_for("spec.paused", Duration::from_secs(20), async || {
             consumers.get("orders").await.ok().and_then(|c| c.spec.paused) == Some(true)
         })
         .await;
@@ -172,7 +172,7 @@ fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
 
         // resume: spec.paused cleared; the tool waits until a worker is back.
         let (mut resume, _) = start_k(&["resume", &name, "--timeout", "60s"]);
-        wait_until("spec.paused cleared", Duration::from_secs(20), || async {
+        wait_for("spec.paused cleared", Duration::from_secs(20), async || {
             consumers.get("orders").await.ok().and_then(|c| c.spec.paused) == Some(false)
         })
         .await;
@@ -182,7 +182,7 @@ fn a_stream_consumer_is_described_paused_reset_and_resumed_by_name() {
 
         // A pause that cannot finish in time says who is still there.
         let stuck = spawn_worker(&config(&stream, &table, ""), "pod-c");
-        wait_until("pod-c is a member", Duration::from_secs(20), || async {
+        wait_for("pod-c is a member", Duration::from_secs(20), async || {
             run_k(&["describe", &name, "-o", "json"]).json()["summary"]["liveMembers"] == 1
         })
         .await;
@@ -227,7 +227,7 @@ fn drain_with_delete_pod_moves_every_lease_without_repeats() {
             .await
             .expect("create");
         // The pod that stands for worker pod-a (no kubelet runs it: this test signals the process).
-        wait_until("the default service account", Duration::from_secs(30), || async {
+        wait_for("the default service account", Duration::from_secs(30), async || {
             Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(kube.clone(), &ns)
                 .get_opt("default")
                 .await
@@ -251,7 +251,7 @@ fn drain_with_delete_pod_moves_every_lease_without_repeats() {
             (0..40).map(|n| leasehold_testkit::kinesis::numbered(&format!("key-{}", n % 8), n)).collect();
         leasehold_testkit::kinesis::put_records(&kinesis, &stream, &first).await;
         let name = format!("{ns}/orders");
-        wait_until("both workers hold two leases and everything is processed", Duration::from_secs(40), || async {
+        wait_for("both workers hold two leases and everything is processed", Duration::from_secs(40), async || {
             let d = run_k(&["describe", &name, "-o", "json"]).json();
             let held = |o: &str| d["shards"].as_array().map_or(0, |s| s.iter().filter(|s| s["owner"] == o).count());
             held("pod-a") == 2 && held("pod-b") == 2 && a.deliveries().len() + b.deliveries().len() >= 40
@@ -259,7 +259,7 @@ fn drain_with_delete_pod_moves_every_lease_without_repeats() {
         .await;
 
         let (mut drain, _) = start_k(&["drain", &name, "pod-a", "--timeout", "2s", "--delete-pod", "-o", "json"]);
-        wait_until("the pod deleted", Duration::from_secs(30), || async {
+        wait_for("the pod deleted", Duration::from_secs(30), async || {
             pods.get_opt("pod-a").await.ok().flatten().is_none()
         })
         .await;
@@ -274,7 +274,7 @@ fn drain_with_delete_pod_moves_every_lease_without_repeats() {
         let second: Vec<(String, Vec<u8>)> =
             (40..80).map(|n| leasehold_testkit::kinesis::numbered(&format!("key-{}", n % 8), n)).collect();
         leasehold_testkit::kinesis::put_records(&kinesis, &stream, &second).await;
-        wait_until("pod-b processes the rest", Duration::from_secs(40), || async {
+        wait_for("pod-b processes the rest", Duration::from_secs(40), async || {
             a.deliveries().len() + b.deliveries().len() >= 80
         })
         .await;

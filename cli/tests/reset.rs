@@ -37,14 +37,13 @@ fn describe_shows_the_group_and_reset_is_refused_while_a_worker_is_alive() {
         let table = leasehold_testkit::create_lease_table(&dynamodb, "cli-describe").await;
         put_records(&kinesis, &stream, &records(4, 0, 5)).await;
         let mut worker = spawn_worker(&config(&stream, &table, "startPosition: TRIM_HORIZON\n"), "w1");
-        wait_until("the worker reads both shards", Duration::from_secs(30), || async {
+        wait_for("the worker reads both shards", Duration::from_secs(30), async || {
             let d = describe(&table, &stream);
             d["summary"]["reading"] == 2 && d["shards"].as_array().is_some_and(|s| s.iter().all(|s| s["owner"] == "w1"))
         })
         .await;
-        wait_until("every record processed", Duration::from_secs(30), || async { worker.deliveries().len() >= 20 })
-            .await;
-        wait_until("both shards checkpointed", Duration::from_secs(30), || async {
+        wait_for("every record processed", Duration::from_secs(30), async || worker.deliveries().len() >= 20).await;
+        wait_for("both shards checkpointed", Duration::from_secs(30), async || {
             describe(&table, &stream)["shards"].as_array().is_some_and(|s| {
                 s.iter().all(|s| s["checkpoint"].as_str().is_some_and(|c| c.bytes().all(|b| b.is_ascii_digit())))
             })
@@ -104,10 +103,8 @@ fn describe_shows_the_group_and_reset_is_refused_while_a_worker_is_alive() {
         );
         // The next worker reads everything again.
         let again = spawn_worker(&config(&stream, &table, ""), "w2");
-        wait_until("every record processed again", Duration::from_secs(30), || async {
-            again.deliveries().len() >= 20
-        })
-        .await;
+        wait_for("every record processed again", Duration::from_secs(30), async || again.deliveries().len() >= 20)
+            .await;
     });
 }
 
@@ -307,7 +304,7 @@ fn reset_to_earliest_after_split_and_merge_reads_parents_before_children() {
         let config = config(&stream, &table, "startPosition: TRIM_HORIZON\n");
 
         let mut first = spawn_worker(&config, "first");
-        wait_until("the first worker processes the whole lineage", Duration::from_secs(60), || async {
+        wait_for("the first worker processes the whole lineage", Duration::from_secs(60), async || {
             first.deliveries().len() >= expected
         })
         .await;
@@ -344,7 +341,7 @@ fn reset_to_earliest_after_split_and_merge_reads_parents_before_children() {
         assert_eq!(states["shardId-000000000004"], "waiting for parents".replace(' ', "-"));
 
         let second = spawn_worker(&config, "second");
-        wait_until("the second worker processes the whole lineage again", Duration::from_secs(60), || async {
+        wait_for("the second worker processes the whole lineage again", Duration::from_secs(60), async || {
             second.deliveries().len() >= expected
         })
         .await;

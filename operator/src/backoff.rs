@@ -2,49 +2,21 @@
 //! jitter so many failing objects spread out; reset by a successful reconcile. A failure is announced
 //! (Warning event, warn log) only the first time and when it changes, not on every retry.
 //!
-//! Written here rather than with `backon` (which the worker's readers use) on purpose: a reconcile is a
-//! stateless call, so the delay is a function of the object's failure count kept in a map between
-//! calls, where `backon` gives an iterator that would have to be stored per object only to call
-//! `next()`; and the jitter is symmetric (±20 %, so many failing objects spread both ways around the
-//! nominal delay) with the random unit injected, so the delays are unit-tested exactly, where `backon`'s
-//! is additive only and draws from its own generator. The arithmetic is a few lines.
+//! The delays are the workspace's one backoff ([`leasehold_worker::backoff`], which says why it is not
+//! `backon`): a reconcile is a stateless call, so the delay is asked for by the object's failure count,
+//! kept in a map between calls, with the random unit injected so the delays are unit-tested exactly.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use leasehold_worker::backoff::{Backoff, Jitter};
 use rand::Rng;
 
-/// How the delay grows with consecutive failures.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct BackoffPolicy {
-    /// Delay after the first failure.
-    pub initial: Duration,
-    /// Longest delay.
-    pub max: Duration,
-    /// Relative jitter: each delay is scaled by a factor in `1 ± jitter`, then capped at `max`.
-    pub jitter: f64,
-}
-
-impl Default for BackoffPolicy {
-    fn default() -> Self {
-        Self { initial: Duration::from_secs(2), max: Duration::from_secs(300), jitter: 0.2 }
-    }
-}
-
-impl BackoffPolicy {
-    /// The delay after `failures` consecutive failures (1 for the first), before jitter.
-    pub fn base_delay(&self, failures: u32) -> Duration {
-        let doublings = failures.saturating_sub(1).min(31);
-        self.initial.saturating_mul(1 << doublings).min(self.max)
-    }
-
-    /// The delay after `failures` consecutive failures, with `unit` (in `0..1`) choosing the jitter.
-    pub fn delay(&self, failures: u32, unit: f64) -> Duration {
-        let factor = 1.0 + self.jitter * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
-        self.base_delay(failures).mul_f64(factor).min(self.max)
-    }
-}
+/// How the delay grows with consecutive failures: 2 s doubling to 5 min, each scaled by `1 ± 0.2`
+/// (then capped at 5 min).
+pub const RECONCILE_BACKOFF: Backoff =
+    Backoff::new(Duration::from_secs(2), Duration::from_secs(300)).with_jitter(Jitter::Spread(0.2));
 
 /// What to do after a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,15 +36,21 @@ struct Streak {
 }
 
 /// Consecutive failures per object (keyed by UID), shared by the reconciles of every object.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Failures {
-    policy: BackoffPolicy,
+    policy: Backoff,
     streaks: Mutex<HashMap<String, Streak>>,
+}
+
+impl Default for Failures {
+    fn default() -> Self {
+        Self::new(RECONCILE_BACKOFF)
+    }
 }
 
 impl Failures {
     /// A tracker with `policy`.
-    pub fn new(policy: BackoffPolicy) -> Self {
+    pub fn new(policy: Backoff) -> Self {
         Self { policy, streaks: Mutex::default() }
     }
 
@@ -109,7 +87,7 @@ mod tests {
 
     #[test]
     fn the_delay_doubles_from_2s_to_a_5_minute_cap() {
-        let policy = BackoffPolicy::default();
+        let policy = RECONCILE_BACKOFF;
         let delays: Vec<u64> = (1..=10).map(|n| policy.base_delay(n).as_secs()).collect();
         assert_eq!(delays, [2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
         assert_eq!(policy.base_delay(u32::MAX), Duration::from_secs(300), "no overflow after many failures");
@@ -117,7 +95,7 @@ mod tests {
 
     #[test]
     fn jitter_stays_within_20_percent_and_under_the_cap() {
-        let policy = BackoffPolicy::default();
+        let policy = RECONCILE_BACKOFF;
         assert_eq!(policy.delay(1, 0.0), Duration::from_millis(1600));
         assert_eq!(policy.delay(1, 0.5), Duration::from_secs(2));
         assert_eq!(policy.delay(1, 1.0), Duration::from_millis(2400));

@@ -46,12 +46,12 @@ async fn status_shows_the_capacity_mode_and_autoscaling_follows_update_shard_cou
             status.capacity.into_iter().map(|c| (c.stream, c.mode, c.open_shards)).collect();
         modes
     };
-    wait("both streams' capacity in status", SLOW, || async { capacity().await.len() == 2 }).await;
+    wait("both streams' capacity in status", SLOW, async || capacity().await.len() == 2).await;
     let modes = capacity().await;
     assert!(modes.contains(&(provisioned.clone(), "PROVISIONED".into(), 2)), "{modes:?}");
     assert!(modes.contains(&(on_demand.clone(), "ON_DEMAND".into(), on_demand_shards)), "{modes:?}");
     let expected = 2 + on_demand_shards;
-    wait("one worker per open shard", SLOW, || async { ns.replicas("capacity-workers").await == Some(expected) }).await;
+    wait("one worker per open shard", SLOW, async || ns.replicas("capacity-workers").await == Some(expected)).await;
     let status = ns.consumers().get("capacity").await.expect("consumer").status.expect("status");
     let message =
         status.conditions.iter().find(|c| c.type_ == "StreamReady").map(|c| c.message.clone()).expect("StreamReady");
@@ -68,7 +68,7 @@ async fn status_shows_the_capacity_mode_and_autoscaling_follows_update_shard_cou
             .expect("UpdateShardCount");
         leasehold_testkit::kinesis::wait_active(&kinesis, &provisioned).await;
         let replicas = target + on_demand_shards;
-        wait(&format!("{replicas} workers after UpdateShardCount {target}"), SLOW, || async {
+        wait(&format!("{replicas} workers after UpdateShardCount {target}"), SLOW, async || {
             ns.replicas("capacity-workers").await == Some(replicas)
         })
         .await;

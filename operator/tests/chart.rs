@@ -171,7 +171,7 @@ async fn installs_and_runs_with_its_rbac(scoped: bool) {
 
     // The operator's pod is admitted under the restricted standard.
     let pods = Api::<Pod>::namespaced(client.clone(), &release_ns);
-    wait("operator pod admitted", Duration::from_secs(30), || async {
+    wait("operator pod admitted", Duration::from_secs(30), async || {
         pods.list(&ListParams::default().labels("app.kubernetes.io/name=leasehold-operator"))
             .await
             .map(|l| l.items.len())
@@ -213,7 +213,7 @@ async fn installs_and_runs_with_its_rbac(scoped: bool) {
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &watched);
     consumers.create(&PostParams::default(), &consumer).await.unwrap();
     let deployments = Api::<Deployment>::namespaced(client.clone(), &watched);
-    wait("workers deployed and status written under the chart's RBAC", Duration::from_secs(30), || async {
+    wait("workers deployed and status written under the chart's RBAC", Duration::from_secs(30), async || {
         deployments.get_opt("orders-workers").await.ok().flatten().is_some()
             && support::condition(&consumers, "orders", "TableReady").await.is_some_and(|c| c.0 == "True")
     })

@@ -39,7 +39,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         .await
         .expect("create consumer");
 
-    wait("table ACTIVE", SLOW, || async { table_exists(&dynamodb, &table).await }).await;
+    wait("table ACTIVE", SLOW, async || table_exists(&dynamodb, &table).await).await;
     let tags = table_tags(&dynamodb, &table).await.expect("tags");
     for (key, value) in [
         ("leasehold.io/namespace", ns.name.clone()),
@@ -49,7 +49,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         assert!(tags.contains(&(key.to_string(), value.clone())), "tag {key}={value} missing in {tags:?}");
     }
 
-    wait("deployment with 2 replicas", SLOW, || async { ns.replicas("orders-workers").await == Some(2) }).await;
+    wait("deployment with 2 replicas", SLOW, async || ns.replicas("orders-workers").await == Some(2)).await;
     let deployment = ns.deployments().get("orders-workers").await.unwrap();
     let pod_spec = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref()).expect("pod spec");
     assert_eq!(pod_spec.termination_grace_period_seconds, Some(10), "gracefulTimeout 5 s + 5 s");
@@ -62,7 +62,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
 
     // The pods pass the restricted Pod Security Standard: the ReplicaSet controller gets them admitted.
     let pods = Api::<Pod>::namespaced(ns.client.clone(), &ns.name);
-    wait("2 worker pods admitted", SLOW, || async {
+    wait("2 worker pods admitted", SLOW, async || {
         pods.list(&ListParams::default().labels("leasehold.io/consumer=orders"))
             .await
             .map(|l| l.items.len())
@@ -70,7 +70,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
             == 2
     })
     .await;
-    wait("table and stream ready, workers not yet", SLOW, || async {
+    wait("table and stream ready, workers not yet", SLOW, async || {
         ns.condition("orders", "TableReady").await.map(|c| c.0).as_deref() == Some("True")
             && ns.condition("orders", "StreamReady").await.map(|c| c.0).as_deref() == Some("True")
             && ns.condition("orders", "WorkersReady").await == Some(("False".into(), "WorkersNotReady".into()))
@@ -78,8 +78,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
     .await;
 
     ns.mark_pods_ready("orders").await;
-    wait("Ready", SLOW, || async { ns.condition("orders", "Ready").await.map(|c| c.0).as_deref() == Some("True") })
-        .await;
+    wait("Ready", SLOW, async || ns.condition("orders", "Ready").await.map(|c| c.0).as_deref() == Some("True")).await;
     let status = ns.consumers().get("orders").await.unwrap().status.unwrap();
     assert_eq!(status.open_shards, Some(2));
     assert_eq!(status.replicas, Some(2));
@@ -105,7 +104,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
     };
     store.create_if_absent(&row).await.unwrap();
     store.acquire(&store.get(&key).await.unwrap().unwrap()).await.unwrap();
-    wait("lease spread in status", SLOW, || async {
+    wait("lease spread in status", SLOW, async || {
         let status = ns.consumers().get("orders").await.unwrap().status.unwrap();
         status.leases.iter().any(|w| w.owner == "orders-workers-abc" && w.leases == 1)
     })
@@ -118,7 +117,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         .patch("orders", &PatchParams::default(), &Patch::Merge(json!({"spec": {"concurrency": 4}})))
         .await
         .unwrap();
-    wait("new config hash", SLOW, || async {
+    wait("new config hash", SLOW, async || {
         let d = ns.deployments().get("orders-workers").await.unwrap();
         d.spec.unwrap().template.metadata.unwrap().annotations.unwrap()["leasehold.io/config-hash"] != before
     })
@@ -129,7 +128,7 @@ async fn a_consumer_gets_its_table_workers_and_a_ready_status() {
         .patch("orders", &PatchParams::default(), &Patch::Merge(json!({"spec": {"paused": true}})))
         .await
         .unwrap();
-    wait("scaled to zero", SLOW, || async {
+    wait("scaled to zero", SLOW, async || {
         ns.deployments().get("orders-workers").await.unwrap().spec.unwrap().replicas == Some(0)
     })
     .await;
@@ -148,10 +147,10 @@ async fn autoscaling_follows_a_split() {
     )
     .await
     .expect("create");
-    wait("2 workers for 2 shards", SLOW, || async { ns.replicas("scaled-workers").await == Some(2) }).await;
+    wait("2 workers for 2 shards", SLOW, async || ns.replicas("scaled-workers").await == Some(2)).await;
     leasehold_testkit::kinesis::split(&kinesis, &stream, "shardId-000000000000").await;
-    wait("3 workers for 3 open shards", SLOW, || async { ns.replicas("scaled-workers").await == Some(3) }).await;
-    wait("status shows 3 open shards", SLOW, || async {
+    wait("3 workers for 3 open shards", SLOW, async || ns.replicas("scaled-workers").await == Some(3)).await;
+    wait("status shows 3 open shards", SLOW, async || {
         ns.consumers().get("scaled").await.ok().and_then(|c| c.status).and_then(|s| s.open_shards) == Some(3)
     })
     .await;
@@ -168,7 +167,7 @@ async fn kubectl_scale_drives_the_workers_when_autoscaling_is_off() {
     )
     .await
     .expect("create");
-    wait("status carries replicas and selector", SLOW, || async {
+    wait("status carries replicas and selector", SLOW, async || {
         ns.consumers()
             .get_scale("fixed")
             .await
@@ -182,7 +181,7 @@ async fn kubectl_scale_drives_the_workers_when_autoscaling_is_off() {
         .await
         .expect("scale");
     assert_eq!(ns.consumers().get("fixed").await.unwrap().spec.workers.replicas, Some(4));
-    wait("deployment scaled to 4", SLOW, || async { ns.replicas("fixed-workers").await == Some(4) }).await;
+    wait("deployment scaled to 4", SLOW, async || ns.replicas("fixed-workers").await == Some(4)).await;
 }
 
 /// The base spec of `refused-specs.json` with `patch` applied (a null removes the field).
@@ -246,9 +245,9 @@ async fn deletion_keeps_or_deletes_the_table_by_policy_and_proof() {
     ns.create("delete", spec(&deleted, "Delete")).await.unwrap();
     ns.create("foreign", spec(&foreign, "Delete")).await.unwrap();
     for table in [&kept, &deleted] {
-        wait("table created", SLOW, || async { table_exists(&dynamodb, table).await }).await;
+        wait("table created", SLOW, async || table_exists(&dynamodb, table).await).await;
     }
-    wait("finalizers in place", SLOW, || async {
+    wait("finalizers in place", SLOW, async || {
         let mut all = true;
         for name in ["retain", "delete", "foreign"] {
             all &= ns
@@ -263,7 +262,7 @@ async fn deletion_keeps_or_deletes_the_table_by_policy_and_proof() {
     for name in ["retain", "delete", "foreign"] {
         ns.consumers().delete(name, &DeleteParams::default()).await.unwrap();
     }
-    wait("resources gone", SLOW, || async {
+    wait("resources gone", SLOW, async || {
         let mut gone = true;
         for name in ["retain", "delete", "foreign"] {
             gone &= ns.consumers().get_opt(name).await.ok().flatten().is_none();
@@ -272,7 +271,7 @@ async fn deletion_keeps_or_deletes_the_table_by_policy_and_proof() {
     })
     .await;
     assert!(table_exists(&dynamodb, &kept).await, "Retain keeps the table");
-    wait("Delete removes the table it created", SLOW, || async { !table_exists(&dynamodb, &deleted).await }).await;
+    wait("Delete removes the table it created", SLOW, async || !table_exists(&dynamodb, &deleted).await).await;
     assert!(table_exists(&dynamodb, &foreign).await, "Delete never removes a table it did not create");
 }
 
@@ -283,7 +282,7 @@ async fn a_missing_stream_is_reported_in_status() {
     ns.create("lost", json!({"streams": [{"name": missing}], "aws": aws(), "processor": {"stdout": {}}}))
         .await
         .unwrap();
-    wait("StreamReady False", SLOW, || async {
+    wait("StreamReady False", SLOW, async || {
         ns.condition("lost", "StreamReady").await == Some(("False".into(), "StreamNotFound".into()))
     })
     .await;
@@ -316,7 +315,7 @@ async fn consumer_with_a_refused_table(prefix: &str) -> (TestNamespace, leasehol
 #[tokio::test]
 async fn bad_credentials_show_in_status_with_the_aws_error() {
     let (ns, _refusing) = consumer_with_a_refused_table("op-creds").await;
-    wait("TableReady False with the AWS error", SLOW, || async {
+    wait("TableReady False with the AWS error", SLOW, async || {
         let Some(current) = ns.consumers().get_opt("refused").await.ok().flatten() else { return false };
         current.status.is_some_and(|s| {
             s.conditions.iter().any(|c| {
@@ -351,7 +350,7 @@ async fn warnings(ns: &TestNamespace, consumer: &str, reason: &str) -> (usize, i
 #[tokio::test]
 async fn a_persistent_table_error_backs_off_and_warns_once() {
     let (ns, refusing) = consumer_with_a_refused_table("op-backoff").await;
-    wait("the first table failure", SLOW, || async {
+    wait("the first table failure", SLOW, async || {
         ns.condition("refused", "TableReady").await == Some(("False".into(), "TableError".into()))
     })
     .await;
@@ -379,13 +378,13 @@ async fn a_persistent_table_error_backs_off_and_warns_once() {
 async fn readiness_follows_the_controller() {
     use leasehold_operator::readiness::ControllerState;
     let ns = TestNamespace::new("op-ready").await;
-    wait("the controller runs with its cache filled", SLOW, || async {
+    wait("the controller runs with its cache filled", SLOW, async || {
         ns.ctx.readiness.state() == ControllerState::Running
     })
     .await;
     assert!(ns.ctx.readiness.is_ready());
     ns.stop_operator();
-    wait("stopping once shut down", SLOW, || async { ns.ctx.readiness.state() == ControllerState::Stopping }).await;
+    wait("stopping once shut down", SLOW, async || ns.ctx.readiness.state() == ControllerState::Stopping).await;
     assert!(!ns.ctx.readiness.is_ready());
 }
 
@@ -402,7 +401,7 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
         "1s",
         &addr,
     ));
-    wait("/readyz 200", SLOW, || async {
+    wait("/readyz 200", SLOW, async || {
         leasehold_testkit::server::try_http_get(&addr, "/readyz").await.map(|r| r.0) == Some(200)
     })
     .await;
@@ -419,7 +418,7 @@ async fn the_operator_binary_serves_readyz_once_running_and_metrics_by_kind() {
         )
         .await
         .unwrap();
-    wait("an observe failure in /metrics", SLOW, || async {
+    wait("an observe failure in /metrics", SLOW, async || {
         leasehold_testkit::server::try_http_get(&addr, "/metrics")
             .await
             .is_some_and(|(_, body)| body.contains(r#"leasehold_operator_reconcile_failures_total{kind="observe"}"#))
@@ -467,14 +466,12 @@ async fn a_table_that_is_not_a_lease_table_is_refused_in_status() {
     )
     .await
     .unwrap();
-    wait("TableReady False NotALeaseTable", SLOW, || async {
+    wait("TableReady False NotALeaseTable", SLOW, async || {
         ns.condition("foreign", "TableReady").await == Some(("False".into(), "NotALeaseTable".into()))
     })
     .await;
-    wait("a Warning event naming the refusal", SLOW, || async {
-        warnings(&ns, "foreign", "NotALeaseTable").await.0 >= 1
-    })
-    .await;
+    wait("a Warning event naming the refusal", SLOW, async || warnings(&ns, "foreign", "NotALeaseTable").await.0 >= 1)
+        .await;
     assert!(ns.deployments().get_opt("foreign-workers").await.unwrap().is_none(), "no workers on a foreign table");
     assert!(table_exists(&dynamodb, &table).await, "the foreign table is left as it was");
 }

@@ -48,21 +48,19 @@ async fn the_operator_creates_missing_streams_with_shards_on_kinesalite() {
     );
     assert!(shape(&kinesis, &stream).await.is_none());
     ns.create("created", spec(support::aws(), &stream, &output, &dead, json!({"shards": 3}))).await.expect("create");
-    wait("the stream created with 3 shards", SLOW, || async {
+    wait("the stream created with 3 shards", SLOW, async || {
         shape(&kinesis, &stream).await == Some((StreamStatus::Active, false, 3))
     })
     .await;
     for other in [&output, &dead] {
-        wait("the output and dead-letter streams created", SLOW, || async {
+        wait("the output and dead-letter streams created", SLOW, async || {
             shape(&kinesis, other).await == Some((StreamStatus::Active, false, 3))
         })
         .await;
     }
-    wait("one worker per shard of the created stream", SLOW, || async {
-        ns.replicas("created-workers").await == Some(3)
-    })
-    .await;
-    wait("StreamReady", SLOW, || async {
+    wait("one worker per shard of the created stream", SLOW, async || ns.replicas("created-workers").await == Some(3))
+        .await;
+    wait("StreamReady", SLOW, async || {
         ns.condition("created", "StreamReady")
             .await
             .is_some_and(|(status, reason)| status == "True" && reason == "Found")
@@ -83,7 +81,7 @@ async fn the_operator_creates_a_missing_on_demand_stream_on_kinesis_mock() {
     );
     ns.create("created-od", spec(aws, &stream, &output, &dead, json!({"onDemand": true}))).await.expect("create");
     for name in [&stream, &output, &dead] {
-        wait("each stream created on demand", SLOW, || async {
+        wait("each stream created on demand", SLOW, async || {
             shape(&kinesis, name)
                 .await
                 .is_some_and(|(status, on_demand, _)| status == StreamStatus::Active && on_demand)
@@ -91,7 +89,7 @@ async fn the_operator_creates_a_missing_on_demand_stream_on_kinesis_mock() {
         .await;
     }
     let (_, _, shards) = shape(&kinesis, &stream).await.expect("created");
-    wait("workers follow the on-demand stream's shards", SLOW, || async {
+    wait("workers follow the on-demand stream's shards", SLOW, async || {
         ns.replicas("created-od-workers").await == Some(shards.min(10))
     })
     .await;
@@ -107,11 +105,11 @@ async fn an_existing_stream_of_another_shape_is_left_as_it_is_and_reported() {
     leasehold_testkit::create_named_stream(&kinesis, &output, 1).await;
     leasehold_testkit::create_named_stream(&kinesis, &dead, 1).await;
     ns.create("existing", spec(support::aws(), &stream, &output, &dead, json!({"shards": 4}))).await.expect("create");
-    wait("ShapeDiffers in StreamReady", SLOW, || async {
+    wait("ShapeDiffers in StreamReady", SLOW, async || {
         ns.condition("existing", "StreamReady").await.is_some_and(|(s, reason)| s == "True" && reason == "ShapeDiffers")
     })
     .await;
-    wait("the workers run on the stream as it is", SLOW, || async { ns.replicas("existing-workers").await == Some(1) })
+    wait("the workers run on the stream as it is", SLOW, async || ns.replicas("existing-workers").await == Some(1))
         .await;
     let status = ns.consumers().get("existing").await.expect("consumer").status.expect("status");
     let message = status.conditions.iter().find(|c| c.type_ == "StreamReady").map(|c| c.message.clone()).unwrap();

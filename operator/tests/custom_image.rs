@@ -55,14 +55,12 @@ async fn the_custom_processor_example_runs_as_the_workers_image() {
     );
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
-    wait("two custom worker processes", SLOW, || async { kubelet.pods().len() == 2 }).await;
+    wait("two custom worker processes", SLOW, async || kubelet.pods().len() == 2).await;
 
     let records: Vec<_> = (0..20).flat_map(|n| (0..10).map(move |k| numbered(&format!("key-{k}"), n))).collect();
     put_records(&kinesis, &stream, &records).await;
-    wait("every record processed by the custom processor", SLOW, || async {
-        processed(&kubelet).len() >= records.len()
-    })
-    .await;
+    wait("every record processed by the custom processor", SLOW, async || processed(&kubelet).len() >= records.len())
+        .await;
     // No process failed: every record exactly once.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = processed(&kubelet);
@@ -88,7 +86,7 @@ async fn the_custom_processor_example_runs_as_the_workers_image() {
     assert_eq!(counted as usize, records.len(), "the metrics count every record once");
 
     consumers.delete("bytes", &DeleteParams::default()).await.expect("delete");
-    wait("workers stopped", SLOW, || async { kubelet.pods().is_empty() }).await;
+    wait("workers stopped", SLOW, async || kubelet.pods().is_empty()).await;
     let _ = operator.kill();
     let _ = operator.wait();
 }

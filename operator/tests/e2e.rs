@@ -55,26 +55,26 @@ async fn apply_process_split_rebalance_delete() {
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
 
-    wait("two worker processes", SLOW, || async { kubelet.pods().len() == 2 }).await;
-    wait("Ready", SLOW, || async {
+    wait("two worker processes", SLOW, async || kubelet.pods().len() == 2).await;
+    wait("Ready", SLOW, async || {
         support::condition(&consumers, "orders", "Ready").await.is_some_and(|c| c.0 == "True")
     })
     .await;
     let first: Vec<_> = (0..30).flat_map(|n| (0..20).map(move |k| numbered(&format!("key-{k}"), n))).collect();
     put_records(&kinesis, &stream, &first).await;
-    wait("first records processed", SLOW, || async { deliveries(&kubelet).1.len() >= first.len() }).await;
+    wait("first records processed", SLOW, async || deliveries(&kubelet).1.len() >= first.len()).await;
 
     // Split: 3 open shards -> 3 workers; leases rebalance, nothing is lost.
     split(&kinesis, &stream, "shardId-000000000000").await;
     let second: Vec<_> = (30..60).flat_map(|n| (0..20).map(move |k| numbered(&format!("key-{k}"), n))).collect();
     put_records(&kinesis, &stream, &second).await;
-    wait("a third worker", SLOW, || async { kubelet.pods().len() == 3 }).await;
-    wait("every record processed", SLOW, || async { deliveries(&kubelet).1.len() >= first.len() + second.len() }).await;
+    wait("a third worker", SLOW, async || kubelet.pods().len() == 3).await;
+    wait("every record processed", SLOW, async || deliveries(&kubelet).1.len() >= first.len() + second.len()).await;
     let expected: HashSet<String> =
         first.iter().chain(&second).map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect();
     let (_, seen) = deliveries(&kubelet);
     assert!(expected.is_subset(&seen), "{} records lost", expected.difference(&seen).count());
-    wait("the three open shards spread one per worker", SLOW, || async {
+    wait("the three open shards spread one per worker", SLOW, async || {
         let running = kubelet.running.lock().expect("running");
         let held: Vec<usize> =
             running.values().map(|w| w.held_shards().iter().filter(|s| !s.ends_with("000000000000")).count()).collect();
@@ -85,8 +85,8 @@ async fn apply_process_split_rebalance_delete() {
     // Delete: the garbage collector removes the Deployment's pods, so the workers stop; the table goes
     // (deletionPolicy Delete, created by this resource).
     consumers.delete("orders", &DeleteParams::default()).await.unwrap();
-    wait("workers stopped", SLOW, || async { kubelet.pods().is_empty() }).await;
-    wait("table deleted", SLOW, || async { dynamodb.describe_table().table_name(&table).send().await.is_err() }).await;
+    wait("workers stopped", SLOW, async || kubelet.pods().is_empty()).await;
+    wait("table deleted", SLOW, async || dynamodb.describe_table().table_name(&table).send().await.is_err()).await;
     let _ = operator.kill();
     let _ = operator.wait();
 }

@@ -34,7 +34,7 @@ fn on_stream(controls: &FanOutControls, arn: &str) -> Vec<String> {
 }
 
 async fn wait_gone(ns: &TestNamespace, name: &str) {
-    wait(&format!("{name} deleted (finalizer done)"), SLOW, || async {
+    wait(&format!("{name} deleted (finalizer done)"), SLOW, async || {
         ns.consumers().get_opt(name).await.ok().flatten().is_none()
     })
     .await;
@@ -63,20 +63,20 @@ async fn registered_on_apply_once_then_deregistered_on_delete() {
     .expect("create");
     let expected_name = format!("{}.orders", ns.name);
 
-    wait("the consumer registered on both streams", SLOW, || async {
+    wait("the consumer registered on both streams", SLOW, async || {
         on_stream(&controls, &first_arn).len() == 1 && on_stream(&controls, &second_arn).len() == 1
     })
     .await;
-    wait("ConsumerReady=False while CREATING", SLOW, || async {
+    wait("ConsumerReady=False while CREATING", SLOW, async || {
         ns.condition("orders", "ConsumerReady").await == Some(("False".into(), "ConsumerNotActive".into()))
     })
     .await;
     assert_eq!(ns.replicas("orders-workers").await, None, "no workers before the consumer is ACTIVE");
-    wait("ConsumerReady", SLOW, || async {
+    wait("ConsumerReady", SLOW, async || {
         ns.condition("orders", "ConsumerReady").await == Some(("True".into(), "Active".into()))
     })
     .await;
-    wait("the workers", SLOW, || async { ns.replicas("orders-workers").await.is_some() }).await;
+    wait("the workers", SLOW, async || ns.replicas("orders-workers").await.is_some()).await;
     let registered = controls.registered_consumers();
     for arn in &registered {
         assert!(arn.contains(&format!("/consumer/{expected_name}:")), "{arn}");
@@ -137,7 +137,7 @@ async fn a_consumer_it_did_not_register_is_left_alone() {
     )
     .await
     .expect("create");
-    wait("ConsumerReady", SLOW, || async {
+    wait("ConsumerReady", SLOW, async || {
         ns.condition("mixed", "ConsumerReady").await == Some(("True".into(), "Active".into()))
     })
     .await;
@@ -170,7 +170,7 @@ async fn a_polling_consumer_registers_nothing() {
     )
     .await
     .expect("create");
-    wait("the workers", SLOW, || async { ns.replicas("plain-workers").await.is_some() }).await;
+    wait("the workers", SLOW, async || ns.replicas("plain-workers").await.is_some()).await;
     assert_eq!(ns.condition("plain", "ConsumerReady").await, Some(("True".into(), "Polling".into())));
     assert!(server.controls().registered_consumers().is_empty());
 }

@@ -58,7 +58,7 @@ async fn status(ns: &TestNamespace, name: &str) -> StreamConsumerStatus {
 }
 
 async fn table_ready(ns: &TestNamespace, name: &str) {
-    wait("TableReady", SLOW, || async { ns.condition(name, "TableReady").await.is_some_and(|c| c.0 == "True") }).await;
+    wait("TableReady", SLOW, async || ns.condition(name, "TableReady").await.is_some_and(|c| c.0 == "True")).await;
 }
 
 fn key(stream: &str, shard: usize) -> String {
@@ -86,7 +86,7 @@ async fn status_printer_column_and_metrics_follow_the_lease_rows() {
     write_row(&dynamodb, &table, &key(&stream, 1), Some("w2"), live, Some(72_000)).await;
     // A free row's lag is nobody's current measure: the shard is unheld, its figure not trusted.
     write_row(&dynamodb, &table, &key(&stream, 2), None, 0, Some(900_000)).await;
-    wait("status.lag from the rows", SLOW, || async {
+    wait("status.lag from the rows", SLOW, async || {
         let lag = status(&ns, "orders").await.lag;
         lag.is_some_and(|l| l.largest.as_deref() == Some("1m12s") && l.unheld_shards == 1)
     })
@@ -121,7 +121,7 @@ async fn status_printer_column_and_metrics_follow_the_lease_rows() {
     // The slow shard catches up and its neighbour's holder dies: the status and the series follow.
     write_row(&dynamodb, &table, &key(&stream, 1), Some("w2"), live, Some(2_000)).await;
     write_row(&dynamodb, &table, &key(&stream, 0), Some("w1"), now_ms() - HOUR_MS, Some(1_500)).await;
-    wait("status.lag follows", SLOW, || async {
+    wait("status.lag follows", SLOW, async || {
         let lag = status(&ns, "orders").await.lag;
         lag.is_some_and(|l| l.largest.as_deref() == Some("2s") && l.unheld_shards == 2)
     })
@@ -172,7 +172,7 @@ async fn lag_autoscaling_steps_up_says_when_it_cannot_help_and_falls_back_after_
     .await
     .expect("create consumer");
     table_ready(&ns, "orders").await;
-    wait("one worker by shard count", SLOW, || async { ns.replicas("orders-workers").await == Some(1) }).await;
+    wait("one worker by shard count", SLOW, async || ns.replicas("orders-workers").await == Some(1)).await;
 
     // A slow processor: every shard 20 s behind.
     let live = now_ms() + HOUR_MS;
@@ -184,7 +184,7 @@ async fn lag_autoscaling_steps_up_says_when_it_cannot_help_and_falls_back_after_
     assert_eq!(seen, [1, 2, 3, 4], "one step at a time, up to the open shards");
     // Three steps, each after the lag stayed above target for scaleUpAfter (2 s) since the last.
     assert!(rising.elapsed() >= Duration::from_secs(6), "three steps in {:?}", rising.elapsed());
-    wait("LagScaling False: one shard per worker", SLOW, || async {
+    wait("LagScaling False: one shard per worker", SLOW, async || {
         ns.condition("orders", "LagScaling").await == Some(("False".into(), "OneShardPerWorker".into()))
     })
     .await;
@@ -218,7 +218,7 @@ async fn lag_autoscaling_steps_up_says_when_it_cannot_help_and_falls_back_after_
     assert_eq!(seen, [4, 1], "back to the shard-count rule in one change");
     // The window is 8 s from the first read under half the target; reads come every second.
     assert!(drained.elapsed() >= Duration::from_secs(7), "fell after {:?}", drained.elapsed());
-    wait("LagScaling True again", SLOW, || async {
+    wait("LagScaling True again", SLOW, async || {
         ns.condition("orders", "LagScaling").await.is_some_and(|c| c.0 == "True")
     })
     .await;
@@ -244,7 +244,7 @@ async fn without_lag_settings_nothing_scales_on_lag() {
     for shard in 0..4 {
         write_row(&dynamodb, &table, &key(&stream, shard), Some("w1"), live, Some(600_000)).await;
     }
-    wait("the lag is read", SLOW, || async {
+    wait("the lag is read", SLOW, async || {
         status(&ns, "orders").await.lag.is_some_and(|l| l.largest.as_deref() == Some("10m"))
     })
     .await;
@@ -310,7 +310,7 @@ async fn lag_scaling_with_real_workers_processes_every_record_once() {
         let running = kubelet.running.lock().expect("running");
         running.values().map(|w| w.held_shards().len()).collect()
     };
-    wait("one worker holding both shards", SLOW, || async { held(&kubelet) == [2] }).await;
+    wait("one worker holding both shards", SLOW, async || held(&kubelet) == [2]).await;
     let first: Vec<_> = (0..20).flat_map(|n| (0..10).map(move |k| numbered(&format!("key-{k}"), n))).collect();
     put_records(&kinesis, &stream, &first).await;
 
@@ -323,7 +323,7 @@ async fn lag_scaling_with_real_workers_processes_every_record_once() {
             }
         })
     };
-    wait("a second worker holding a shard", SLOW, || async {
+    wait("a second worker holding a shard", SLOW, async || {
         let mut counts = held(&kubelet);
         counts.sort();
         counts == [1, 1]
@@ -333,7 +333,7 @@ async fn lag_scaling_with_real_workers_processes_every_record_once() {
     let second: Vec<_> = (20..40).flat_map(|n| (0..10).map(move |k| numbered(&format!("key-{k}"), n))).collect();
     put_records(&kinesis, &stream, &second).await;
     set_lag(&dynamodb, &table, 0).await;
-    wait("back to one worker holding both shards", SLOW, || async {
+    wait("back to one worker holding both shards", SLOW, async || {
         ns.replicas("orders-workers").await == Some(1) && held(&kubelet) == [2]
     })
     .await;
@@ -346,7 +346,7 @@ async fn lag_scaling_with_real_workers_processes_every_record_once() {
         let finished = kubelet.finished.lock().expect("finished");
         running.values().chain(finished.iter()).flat_map(|w| w.deliveries()).map(|d| d.data).collect::<Vec<String>>()
     };
-    wait("every record processed", SLOW, || async { deliveries().len() >= expected }).await;
+    wait("every record processed", SLOW, async || deliveries().len() >= expected).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let all = deliveries();
     let unique: std::collections::HashSet<&String> = all.iter().collect();
@@ -601,7 +601,7 @@ async fn a_slow_processors_own_lag_adds_workers_step_by_step_and_they_go_once_it
         counts.sort();
         counts
     };
-    wait("one worker holding the four shards", SLOW, || async { held(&kubelet) == [4] }).await;
+    wait("one worker holding the four shards", SLOW, async || held(&kubelet) == [4]).await;
 
     let slow_from = Instant::now();
     let stop_producing = tokio_util::sync::CancellationToken::new();
@@ -646,7 +646,7 @@ async fn a_slow_processors_own_lag_adds_workers_step_by_step_and_they_go_once_it
     let first_step = polled.get(1).map(|s| s.1).unwrap_or_default();
     assert!(crossed.is_some_and(|c| c <= first_step), "the lag was above target before the first step: {crossed:?}");
     // Each new worker took shards from the busy one: three workers share the four shards.
-    wait("three workers sharing the shards", SLOW, || async { held(&kubelet) == [1, 1, 2] }).await;
+    wait("three workers sharing the shards", SLOW, async || held(&kubelet) == [1, 1, 2]).await;
 
     // Fast again, and nothing more written: the backlog drains, then the extra workers go at once.
     sink.set_delay(Duration::ZERO);
@@ -661,13 +661,13 @@ async fn a_slow_processors_own_lag_adds_workers_step_by_step_and_they_go_once_it
     assert!(drained.is_some_and(|d| d < fell), "the lag drained before the workers went: {drained:?}, {fell:?}");
     // The window starts at the operator's first read under half the target, after the sink turned fast.
     assert!(fell >= SCALE_DOWN_AFTER, "the workers went {fell:?} after the drain began, within the window");
-    wait("the lag at 0 and one worker holding the four shards", SLOW, || async {
+    wait("the lag at 0 and one worker holding the four shards", SLOW, async || {
         status(&ns, "orders").await.lag.is_some_and(|l| l.largest_ms == Some(0)) && held(&kubelet) == [4]
     })
     .await;
 
     let expected = usize::try_from(put).expect("count");
-    wait("every record processed", SLOW, || async { sink.processed().len() >= expected }).await;
+    wait("every record processed", SLOW, async || sink.processed().len() >= expected).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let processed = sink.processed();
     let unique: std::collections::HashSet<&String> = processed.iter().map(|(_, data)| data).collect();

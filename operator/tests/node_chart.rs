@@ -80,21 +80,21 @@ async fn chart_operator_pods_elect_one_leader_with_only_the_charts_rbac() {
     let selector = format!("app.kubernetes.io/instance={release}");
 
     // Admitted under `restricted`, both Running; the leader holds the Lease and is Ready.
-    wait("two operator pods Running", SLOW, || async {
+    wait("two operator pods Running", SLOW, async || {
         let now = list(&pods, &selector).await;
         now.len() == 2 && now.iter().all(running)
     })
     .await;
     let leases = Api::<Lease>::namespaced(client.clone(), &ns);
     let names: Vec<String> = list(&pods, &selector).await.iter().map(|p| p.name_any()).collect();
-    wait("one replica holding the leader Lease", SLOW, || async {
+    wait("one replica holding the leader Lease", SLOW, async || {
         let holder = leases.get_opt("leasehold-operator").await.ok().flatten().and_then(|l| l.spec?.holder_identity);
         holder.is_some_and(|h| names.contains(&h))
     })
     .await;
     let leader =
         leases.get("leasehold-operator").await.expect("lease").spec.and_then(|s| s.holder_identity).expect("holder");
-    wait("the leader Ready (its probes pass)", SLOW, || async {
+    wait("the leader Ready (its probes pass)", SLOW, async || {
         list(&pods, &selector).await.iter().any(|p| p.name_any() == leader && ready(p))
     })
     .await;
@@ -132,5 +132,5 @@ async fn chart_operator_pods_elect_one_leader_with_only_the_charts_rbac() {
     assert!(!forbidden.status.success() && stderr.contains("Forbidden"), "reading secrets was not refused: {stderr}");
 
     ok(&bin("helm"), &["uninstall", &release, "--namespace", &ns]);
-    wait("operator pods gone", SLOW, || async { list(&pods, &selector).await.is_empty() }).await;
+    wait("operator pods gone", SLOW, async || list(&pods, &selector).await.is_empty()).await;
 }

@@ -101,7 +101,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let consumers = Api::<leasehold_crds::StreamConsumer>::namespaced(client.clone(), &ns);
     let applied = Instant::now();
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
-    wait("two worker pods Running and Ready", SLOW, || async {
+    wait("two worker pods Running and Ready", SLOW, async || {
         let list = worker_pods(&pods).await;
         list.len() == 2 && list.iter().all(ready)
     })
@@ -126,12 +126,11 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let first = batch(0, 40);
     put_records(&kinesis, &stream, &first).await;
     let mut expected = texts(&first);
-    wait("the first records in the pods' logs", SLOW, || async {
+    wait("the first records in the pods' logs", SLOW, async || {
         missing_and_repeats(&expected, &logs.deliveries()).0 == 0
     })
     .await;
-    wait("all four shards held", SLOW, || async { owners(&dynamodb, &table).await.values().all(|o| !o.is_empty()) })
-        .await;
+    wait("all four shards held", SLOW, async || owners(&dynamodb, &table).await.values().all(|o| !o.is_empty())).await;
     let (_, repeats) = missing_and_repeats(&expected, &logs.deliveries());
     assert_eq!(repeats, 0, "records repeated with no pod stopped");
 
@@ -143,7 +142,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let rolling = batch(40, 60);
     put_records(&kinesis, &stream, &rolling).await;
     expected.extend(texts(&rolling));
-    wait("the pods rolled to the new spec", SLOW, || async {
+    wait("the pods rolled to the new spec", SLOW, async || {
         let list = worker_pods(&pods).await;
         list.len() == 2 && list.iter().all(|p| ready(p) && !before.contains(&hash(p)))
     })
@@ -151,13 +150,13 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let rolled = batch(60, 80);
     put_records(&kinesis, &stream, &rolled).await;
     expected.extend(texts(&rolled));
-    wait("records across the roll in the logs", SLOW, || async {
+    wait("records across the roll in the logs", SLOW, async || {
         missing_and_repeats(&expected, &logs.deliveries()).0 == 0
     })
     .await;
     let (_, repeats) = missing_and_repeats(&expected, &logs.deliveries());
     assert_eq!(repeats, 0, "records repeated across a rolling update");
-    wait("every lease held by a rolled pod", SLOW, || async {
+    wait("every lease held by a rolled pod", SLOW, async || {
         let live: HashSet<String> =
             worker_pods(&pods).await.iter().filter(|p| ready(p)).map(|p| p.name_any()).collect();
         let now = owners(&dynamodb, &table).await;
@@ -173,7 +172,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let deleted = Instant::now();
     let deleted_at = k8s_openapi::jiff::Timestamp::now();
     pods.delete(&victim, &DeleteParams::default()).await.expect("delete pod");
-    wait("the deleted pod's leases taken by another worker", SLOW, || async {
+    wait("the deleted pod's leases taken by another worker", SLOW, async || {
         let now = owners(&dynamodb, &table).await;
         held.iter().all(|s| now.get(s).is_some_and(|o| !o.is_empty() && *o != victim))
     })
@@ -183,7 +182,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
     let second = batch(80, 120);
     put_records(&kinesis, &stream, &second).await;
     expected.extend(texts(&second));
-    wait("records after the delete in the logs", SLOW, || async {
+    wait("records after the delete in the logs", SLOW, async || {
         missing_and_repeats(&expected, &logs.deliveries()).0 == 0
     })
     .await;
@@ -205,7 +204,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
         handover.as_secs_f64()
     );
     assert!(handover <= Duration::from_secs(1), "leases moved {handover:?} after SIGTERM, expected within 1 s");
-    wait("two pods Ready again", SLOW, || async {
+    wait("two pods Ready again", SLOW, async || {
         let list = worker_pods(&pods).await;
         list.len() == 2 && list.iter().all(ready)
     })
@@ -213,7 +212,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
 
     // kill -9 of a worker's process: the kubelet restarts the container under the same pod name, which
     // (stable owner id) retakes its own leases at once instead of waiting ~10 s for them to expire.
-    wait("every lease held by a running pod", SLOW, || async {
+    wait("every lease held by a running pod", SLOW, async || {
         let live: HashSet<String> =
             worker_pods(&pods).await.iter().filter(|p| ready(p)).map(|p| p.name_any()).collect();
         let now = owners(&dynamodb, &table).await;
@@ -245,7 +244,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
             .map(|d| d.seen_at)
             .min()
     };
-    wait("the restarted container processing its shards", SLOW, || async { resumed_at().is_some() }).await;
+    wait("the restarted container processing its shards", SLOW, async || resumed_at().is_some()).await;
     let resumed = resumed_at().expect("a delivery") - killed;
     let restarted = pods.get(&target_name).await.expect("the killed pod is still there");
     assert_eq!(
@@ -258,8 +257,7 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
         its_shards.iter().all(|s| now.get(s) == Some(&target_name)),
         "the restarted pod did not keep its own leases: {now:?}"
     );
-    wait("every record after the kill", SLOW, || async { missing_and_repeats(&expected, &logs.deliveries()).0 == 0 })
-        .await;
+    wait("every record after the kill", SLOW, async || missing_and_repeats(&expected, &logs.deliveries()).0 == 0).await;
     let (_, repeats) = missing_and_repeats(&expected, &logs.deliveries());
     eprintln!(
         "figure: kill -9 of a worker -> its shards' records flowing again from the restarted container: {:.2} s \
@@ -272,8 +270,8 @@ async fn real_pods_process_move_on_delete_and_restart_after_kill() {
 
     // Delete: the pods go, the table goes (deletionPolicy Delete).
     consumers.delete("orders", &DeleteParams::default()).await.expect("delete consumer");
-    wait("worker pods gone", SLOW, || async { worker_pods(&pods).await.is_empty() }).await;
-    wait("table deleted", SLOW, || async { dynamodb.describe_table().table_name(&table).send().await.is_err() }).await;
+    wait("worker pods gone", SLOW, async || worker_pods(&pods).await.is_empty()).await;
+    wait("table deleted", SLOW, async || dynamodb.describe_table().table_name(&table).send().await.is_err()).await;
     stop.cancel();
     let _ = operator.kill();
     let _ = operator.wait();

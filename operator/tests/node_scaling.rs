@@ -122,7 +122,7 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     consumers.create(&PostParams::default(), &consumer).await.expect("apply");
 
     // Two shards at two per worker: one pod, both containers running, the worker's probes passing.
-    wait("one worker pod Ready with its sidecar", SLOW, || async {
+    wait("one worker pod Ready with its sidecar", SLOW, async || {
         balanced(&pods, &kinesis, &dynamodb, &stream, &table, 1).await
     })
     .await;
@@ -139,7 +139,7 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     let first = batch(0, 30);
     put_records(&kinesis, &stream, &first).await;
     let mut expected = texts(&first);
-    wait("the first records through the sidecar", SLOW, || async {
+    wait("the first records through the sidecar", SLOW, async || {
         missing_and_repeats(&expected, &sink_logs.deliveries()).0 == 0
     })
     .await;
@@ -150,14 +150,14 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     let during = batch(30, 60);
     put_records(&kinesis, &stream, &during).await;
     expected.extend(texts(&during));
-    wait("a second pod after the split, leases rebalanced", SLOW, || async {
+    wait("a second pod after the split, leases rebalanced", SLOW, async || {
         balanced(&pods, &kinesis, &dynamodb, &stream, &table, 2).await
     })
     .await;
     let after = batch(60, 90);
     put_records(&kinesis, &stream, &after).await;
     expected.extend(texts(&after));
-    wait("records across the split and the scale-up", SLOW, || async {
+    wait("records across the split and the scale-up", SLOW, async || {
         missing_and_repeats(&expected, &sink_logs.deliveries()).0 == 0
     })
     .await;
@@ -175,14 +175,14 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     let more = batch(90, 120);
     put_records(&kinesis, &stream, &more).await;
     expected.extend(texts(&more));
-    wait("three pods after kubectl scale, one shard each", SLOW, || async {
+    wait("three pods after kubectl scale, one shard each", SLOW, async || {
         balanced(&pods, &kinesis, &dynamodb, &stream, &table, 3).await
     })
     .await;
     let last = batch(120, 150);
     put_records(&kinesis, &stream, &last).await;
     expected.extend(texts(&last));
-    wait("every record through the sidecars", SLOW, || async {
+    wait("every record through the sidecars", SLOW, async || {
         missing_and_repeats(&expected, &sink_logs.deliveries()).0 == 0
     })
     .await;
@@ -190,7 +190,7 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     assert_eq!(repeats, 0, "records repeated across kubectl scale");
 
     consumers.delete(NAME, &DeleteParams::default()).await.expect("delete consumer");
-    wait("worker pods gone", SLOW, || async { worker_pods(&pods).await.is_empty() }).await;
+    wait("worker pods gone", SLOW, async || worker_pods(&pods).await.is_empty()).await;
     stop.cancel();
     let _ = operator.kill();
     let _ = operator.wait();

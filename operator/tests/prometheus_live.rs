@@ -182,8 +182,8 @@ async fn write_lag_into_rows(table: String) {
     }
 }
 
-fn metrics_address(worker: &WorkerProcess) -> String {
-    wait_for("the worker's metrics address", Duration::from_secs(30), || worker.metrics_addr().is_some());
+async fn metrics_address(worker: &WorkerProcess) -> String {
+    wait_for("the worker's metrics address", Duration::from_secs(30), async || worker.metrics_addr().is_some()).await;
     worker.metrics_addr().expect("address")
 }
 
@@ -283,7 +283,7 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
     )];
     for (worker, consumer) in [(&group[0], "orders"), (&group[1], "orders"), (&failing, "failing"), (&fanout, "fanout")]
     {
-        targets.push((metrics_address(worker), labels(consumer, &worker.owner)));
+        targets.push((metrics_address(worker).await, labels(consumer, &worker.owner)));
     }
     let docs = documents(&render(&[]));
     let rules_dir = std::env::temp_dir().join(format!("leasehold-live-rules-{}", std::process::id()));

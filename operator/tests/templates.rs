@@ -51,7 +51,7 @@ async fn restricted_templates_refuse_host_access_and_privilege_in_status() {
         ns.create(name, spec(&stream, template.clone())).await.expect("the API server takes the template");
     }
     for (name, _, field) in &cases {
-        wait(&format!("{name}: Ready False TemplateRefused"), SLOW, || async {
+        wait(&format!("{name}: Ready False TemplateRefused"), SLOW, async || {
             ns.condition(name, "Ready").await == Some(("False".into(), "TemplateRefused".into()))
         })
         .await;
@@ -79,7 +79,7 @@ async fn restricted_templates_refuse_host_access_and_privilege_in_status() {
         )
         .await
         .expect("patch");
-    wait("workers once the template is mended", SLOW, || async { workers(&ns, "host-network").await.is_some() }).await;
+    wait("workers once the template is mended", SLOW, async || workers(&ns, "host-network").await.is_some()).await;
 }
 
 #[tokio::test]
@@ -93,7 +93,7 @@ async fn template_security_settings_merge_with_the_restricted_defaults() {
         "containers": [{"name": "worker", "securityContext": {"runAsUser": 1000}}]
     }});
     ns.create("merged", spec(&stream, template)).await.expect("create");
-    wait("workers", SLOW, || async { workers(&ns, "merged").await.is_some() }).await;
+    wait("workers", SLOW, async || workers(&ns, "merged").await.is_some()).await;
     let pod = workers(&ns, "merged").await.and_then(|d| d.spec?.template.spec).expect("pod spec");
     let pod_security = pod.security_context.expect("pod securityContext");
     assert_eq!(pod_security.run_as_user, Some(1000));
@@ -117,7 +117,7 @@ async fn with_worker_network_policies_each_consumer_gets_one_the_api_server_take
     let stream = leasehold_testkit::create_stream(&kinesis, "op-netpol", 1).await;
     ns.create("orders", spec(&stream, json!({}))).await.expect("create");
     let policies = Api::<NetworkPolicy>::namespaced(ns.client.clone(), &ns.name);
-    wait("the workers' NetworkPolicy", SLOW, || async {
+    wait("the workers' NetworkPolicy", SLOW, async || {
         policies.get_opt("orders-workers").await.ok().flatten().is_some()
     })
     .await;
@@ -146,7 +146,7 @@ async fn without_the_setting_no_network_policy_is_made() {
     let kinesis = leasehold_testkit::kinesis_client().await;
     let stream = leasehold_testkit::create_stream(&kinesis, "op-nonetpol", 1).await;
     ns.create("orders", spec(&stream, json!({}))).await.expect("create");
-    wait("workers", SLOW, || async { workers(&ns, "orders").await.is_some() }).await;
+    wait("workers", SLOW, async || workers(&ns, "orders").await.is_some()).await;
     let policies = Api::<NetworkPolicy>::namespaced(ns.client.clone(), &ns.name);
     assert!(policies.get_opt("orders-workers").await.expect("get").is_none());
 }

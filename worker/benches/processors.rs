@@ -88,12 +88,12 @@ async fn main() {
     let table = leasehold_testkit::unique_name("bench-rss");
     let config = common::config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let worker = common::spawn(&config, "rss-1");
-    wait_for("100 leases held", Duration::from_secs(120), || worker.held_shards().len() == 100);
+    wait_for("100 leases held", Duration::from_secs(120), async || worker.held_shards().len() == 100).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let idle = leasehold_testkit::process::rss_mib(worker.pid());
     let data = common::records(1000, 0, 10);
     leasehold_testkit::kinesis::put_records(&kinesis, &stream, &data).await;
-    wait_for("10k records processed", Duration::from_secs(120), || worker.delivery_count() >= data.len());
+    wait_for("10k records processed", Duration::from_secs(120), async || worker.delivery_count() >= data.len()).await;
     let busy = leasehold_testkit::process::rss_mib(worker.pid());
     println!(
         "\n- worker RSS holding 100 leases (release binary, DynamoDB leases): {idle:.1} MiB idle, {busy:.1} MiB after processing 10,000 records"

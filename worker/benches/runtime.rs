@@ -46,7 +46,10 @@ async fn move_times(kinesis: &aws_sdk_kinesis::Client, trials: usize, signal: &s
         pairs.push(pair);
     }
     for [a, b] in &pairs {
-        wait_for("pair balanced", Duration::from_secs(60), || a.held_shards().len() == 1 && b.held_shards().len() == 1);
+        wait_for("pair balanced", Duration::from_secs(60), async || {
+            a.held_shards().len() == 1 && b.held_shards().len() == 1
+        })
+        .await;
     }
     let mut times = Vec::new();
     let mut stopped = Vec::new();
@@ -59,9 +62,10 @@ async fn move_times(kinesis: &aws_sdk_kinesis::Client, trials: usize, signal: &s
     }
     for (at, moving, b) in stopped {
         for shard in moving {
-            wait_for("partner takes over", Duration::from_secs(40), || {
+            wait_for("partner takes over", Duration::from_secs(40), async || {
                 event_time(b, "lease acquired", &shard).is_some()
-            });
+            })
+            .await;
             times.push(event_time(b, "lease acquired", &shard).expect("taken").duration_since(at));
         }
     }
@@ -86,10 +90,11 @@ async fn group_handoff_times(
         let group: Vec<WorkerProcess> =
             (0..workers).map(|i| spawn(&config, &format!("gterm-{workers}x{shards}-{trial}-{i:02}"))).collect();
         let (low, high) = (total / workers, total.div_ceil(workers));
-        wait_for("group balanced", Duration::from_secs(120), || {
+        wait_for("group balanced", Duration::from_secs(120), async || {
             let held: Vec<usize> = group.iter().map(|w| w.held_shards().len()).collect();
             held.iter().sum::<usize>() == total && held.iter().all(|h| (low..=high).contains(h))
-        });
+        })
+        .await;
         // At rest, as a deployment is when it rolls: whole reads have become rare. The extra offset
         // spreads the stops over a renew interval and, in steps that are not whole scan intervals,
         // over a scan interval too, so the trials sample every phase of both.
@@ -103,7 +108,7 @@ async fn group_handoff_times(
             let taken = || {
                 others.iter().filter_map(|w| event_time(w, "lease acquired", &shard)).filter(|at| *at > stopped).min()
             };
-            wait_for("another worker takes the shard", Duration::from_secs(40), || taken().is_some());
+            wait_for("another worker takes the shard", Duration::from_secs(40), async || taken().is_some()).await;
             let took = taken().expect("taken").duration_since(stopped);
             if took > Duration::from_millis(500) {
                 // Which side was late: the leaver's release, or the others' take.
@@ -134,17 +139,19 @@ async fn rebalance(kinesis: &aws_sdk_kinesis::Client, shards: i32, workers: usiz
     let table = leasehold_testkit::unique_name("bench-rebalance");
     let config = default_config(&stream, &table, "startPosition: TRIM_HORIZON\n");
     let first = spawn(&config, "rebalance-00");
-    wait_for("first worker holds every shard", Duration::from_secs(120), || {
+    wait_for("first worker holds every shard", Duration::from_secs(120), async || {
         first.held_shards().len() == shards as usize
-    });
+    })
+    .await;
     let started = Instant::now();
     let others: Vec<WorkerProcess> = (1..workers).map(|i| spawn(&config, &format!("rebalance-{i:02}"))).collect();
     let all: Vec<&WorkerProcess> = std::iter::once(&first).chain(others.iter()).collect();
     let share = shards as usize / workers;
-    wait_for("balanced", Duration::from_secs(120), || {
+    wait_for("balanced", Duration::from_secs(120), async || {
         let held: Vec<usize> = all.iter().map(|w| w.held_shards().len()).collect();
         held.iter().sum::<usize>() == shards as usize && held.iter().all(|h| h.abs_diff(share) <= 1)
-    });
+    })
+    .await;
     started.elapsed()
 }
 
@@ -193,13 +200,13 @@ async fn sdk_loop(kinesis: &aws_sdk_kinesis::Client, stream: &str, total: usize)
 
 /// The worker (one process, DynamoDB leases, stdout processor) reading `total` records; timed from its
 /// first delivered record to its last, so process start-up is left out (reported separately).
-fn worker_run(stream: &str, total: usize, owner: &str) -> (Duration, Duration) {
+async fn worker_run(stream: &str, total: usize, owner: &str) -> (Duration, Duration) {
     let table = leasehold_testkit::unique_name("bench-rate");
     let config =
         config(stream, Some(&table), "startPosition: TRIM_HORIZON\nreader: {maxRecords: 10000, idleTime: 200ms}\n");
     let spawned = Instant::now();
     let worker = spawn(&config, owner);
-    wait_for("every record delivered", Duration::from_secs(300), || worker.delivery_count() >= total);
+    wait_for("every record delivered", Duration::from_secs(300), async || worker.delivery_count() >= total).await;
     let (first, last) = worker.delivery_span().expect("deliveries");
     (last.duration_since(first), first.duration_since(spawned))
 }
@@ -237,8 +244,8 @@ async fn kpl_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
     let rate = |d: Duration| total as f64 / d.as_secs_f64();
     let (mut best_plain, mut best_aggregated) = (0.0f64, 0.0f64);
     for round in 0..2 {
-        let plain_rate = rate(worker_run(&plain, total, &format!("kpl-plain-{round}")).0);
-        let aggregated_rate = rate(worker_run(&aggregated, total, &format!("kpl-agg-{round}")).0);
+        let plain_rate = rate(worker_run(&plain, total, &format!("kpl-plain-{round}")).await.0);
+        let aggregated_rate = rate(worker_run(&aggregated, total, &format!("kpl-agg-{round}")).await.0);
         eprintln!("kpl round {round}: plain {plain_rate:.0}/s, aggregated {aggregated_rate:.0}/s");
         best_plain = best_plain.max(plain_rate);
         best_aggregated = best_aggregated.max(aggregated_rate);
@@ -269,9 +276,10 @@ async fn put_to_processed(count: usize, gap: Duration) -> (Vec<Duration>, Vec<Du
             .replace("subscriptionIdleTimeout: 3s", "subscriptionIdleTimeout: 10s"),
         "lat-fo",
     );
-    wait_for("both consumers hold every shard", Duration::from_secs(60), || {
+    wait_for("both consumers hold every shard", Duration::from_secs(60), async || {
         polling.held_shards().len() == 4 && fan_out.held_shards().len() == 4
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let through_server = leasehold_testkit::sdk_config(server.endpoint()).await;
     let putter = aws_sdk_kinesis::Client::new(&through_server);
@@ -290,8 +298,8 @@ async fn put_to_processed(count: usize, gap: Duration) -> (Vec<Duration>, Vec<Du
             .expect("put through the fan-out server");
         tokio::time::sleep(gap).await;
     }
-    let latencies = |worker: &WorkerProcess| {
-        wait_for("every record processed", Duration::from_secs(60), || worker.delivery_count() >= count);
+    let latencies = async |worker: &WorkerProcess| {
+        wait_for("every record processed", Duration::from_secs(60), async || worker.delivery_count() >= count).await;
         let mut out: Vec<Duration> = worker
             .deliveries()
             .iter()
@@ -300,7 +308,7 @@ async fn put_to_processed(count: usize, gap: Duration) -> (Vec<Duration>, Vec<Du
         out.sort();
         out
     };
-    (latencies(&polling), latencies(&fan_out))
+    (latencies(&polling).await, latencies(&fan_out).await)
 }
 
 /// Records in the backlog of [`fan_out_rates`].
@@ -317,7 +325,7 @@ async fn fan_out_rates(kinesis: &aws_sdk_kinesis::Client) -> (f64, f64) {
     let rate = |d: Duration| total as f64 / d.as_secs_f64();
     let (mut best_polling, mut best_fan_out) = (0.0f64, 0.0f64);
     for round in 0..2 {
-        let polling = rate(worker_run(&stream, total, &format!("fo-rate-poll-{round}")).0);
+        let polling = rate(worker_run(&stream, total, &format!("fo-rate-poll-{round}")).await.0);
         let table = leasehold_testkit::unique_name("bench-fo-rate");
         let worker = spawn(
             &fan_out_config(&server, &stream, Some(&table), "startPosition: TRIM_HORIZON\n"),
@@ -362,9 +370,10 @@ async fn dynamodb_requests(shards: i32, seconds: u64, traffic: bool) -> (f64, St
         &proxy.endpoint(),
     );
     let workers = [spawn(&config, "cost-a"), spawn(&config, "cost-b")];
-    wait_for("balanced", Duration::from_secs(60), || {
+    wait_for("balanced", Duration::from_secs(60), async || {
         workers.iter().all(|w| w.held_shards().len() == shards as usize / 2)
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     // One record per shard per second keeps every shard checkpointing.
     let producer =
@@ -442,7 +451,7 @@ async fn main() {
         let mut startup = Vec::new();
         for round in 0..2 {
             sdk.push(sdk_loop(&kinesis, &stream, total).await);
-            let (took, start) = worker_run(&stream, total, &format!("rate-{round}"));
+            let (took, start) = worker_run(&stream, total, &format!("rate-{round}")).await;
             ours.push(took);
             startup.push(start);
         }

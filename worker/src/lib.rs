@@ -30,6 +30,7 @@
 //! ```
 
 pub mod aws;
+pub mod backoff;
 #[cfg(feature = "cli")]
 mod cli;
 mod config;

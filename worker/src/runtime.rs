@@ -3,12 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::BackoffBuilder;
 use leasehold_crds::filter::RecordFilter;
 use leasehold_crds::{LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
+use crate::backoff::{Backoff, Jitter};
 use crate::config::WorkerConfig;
 use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, ScanMode};
 use crate::destination::{S3Destination, SqsDestination};
@@ -166,12 +166,8 @@ async fn lease_store(
     };
     let client = dynamodb_client(sdk, &spec.aws);
     let tags = vec![("leasehold.io/created-by".to_string(), "leasehold-worker".to_string())];
-    let mut delays = backon::ExponentialBuilder::default()
-        .with_min_delay(Duration::from_millis(200))
-        .with_max_delay(Duration::from_secs(5))
-        .with_jitter()
-        .without_max_times()
-        .build();
+    let mut delays =
+        Backoff::new(Duration::from_millis(200), Duration::from_secs(5)).with_jitter(Jitter::Added(1.0)).delays();
     loop {
         let error = match ensure_table(&client, &table.name, &tags, Duration::from_secs(60)).await {
             Ok(created) => {

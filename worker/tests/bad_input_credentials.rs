@@ -55,11 +55,13 @@ async fn refused_credentials_are_reported_leases_run_out_and_the_group_recovers_
     put_records(&kinesis, &stream, &before).await;
     {
         let refs: Vec<_> = workers.iter().collect();
-        wait_for("the first records processed", Duration::from_secs(30), || {
+        wait_for("the first records processed", Duration::from_secs(30), async || {
             distinct(&all_deliveries(&refs)).len() == before.len()
-        });
+        })
+        .await;
     }
-    wait_for("one shard each", Duration::from_secs(20), || workers.iter().all(|w| w.held_shards().len() == 1));
+    wait_for("one shard each", Duration::from_secs(20), async || workers.iter().all(|w| w.held_shards().len() == 1))
+        .await;
     // Every record done is checkpointed before the credentials stop working.
     tokio::time::sleep(Duration::from_secs(1)).await;
     for worker in &workers {
@@ -93,16 +95,18 @@ async fn refused_credentials_are_reported_leases_run_out_and_the_group_recovers_
     }
 
     refused.store(false, Ordering::SeqCst);
-    wait_for("both shards leased again", Duration::from_secs(30), || {
+    wait_for("both shards leased again", Duration::from_secs(30), async || {
         workers.iter().map(|w| w.held_shards().len()).sum::<usize>() == 2
-    });
+    })
+    .await;
     let after = records(10, 200, 3);
     put_records(&kinesis, &stream, &after).await;
     let expected: Vec<_> = before.iter().chain(&during).chain(&after).cloned().collect();
     let refs: Vec<_> = workers.iter().collect();
-    wait_for("every record processed", Duration::from_secs(60), || {
+    wait_for("every record processed", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() == expected.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_exactly_once(&all_deliveries(&refs), &expected);
     assert_per_key_order(&refs);

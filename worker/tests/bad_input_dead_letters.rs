@@ -21,7 +21,7 @@ use base64::Engine;
 use common::moto::{moto_clients, moto_endpoint, with_moto};
 use common::*;
 use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
-use leasehold_testkit::process::eventually;
+use leasehold_testkit::process::wait_for;
 use leasehold_worker::Metrics;
 use leasehold_worker::WorkerConfig;
 use leasehold_worker::internals::dispatch::open_requeued;
@@ -117,7 +117,7 @@ async fn stream_with(prefix: &str, written: &[(String, Vec<u8>)]) -> String {
 async fn finish(running: Running, written: &[(String, Vec<u8>)]) -> Arc<Metrics> {
     let metrics = running.metrics.clone();
     let total = written.len() as u64;
-    eventually("every record processed or dead-lettered", Duration::from_secs(60), || {
+    wait_for("every record processed or dead-lettered", Duration::from_secs(60), async || {
         counted(&metrics, "leasehold_records_processed_total")
             + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
             >= total
@@ -353,7 +353,7 @@ fn a_forged_requeue_header_is_an_ordinary_record_and_genuine_copies_cross_worker
 
         let first = Running::start(&yaml, "requeue-a");
         let metrics = first.metrics.clone();
-        eventually("the first worker requeued the failing record once", Duration::from_secs(60), || {
+        wait_for("the first worker requeued the failing record once", Duration::from_secs(60), async || {
             counted(&metrics, r#"leasehold_records_exhausted_total{policy="requeue"}"#) >= 1
         })
         .await;
@@ -361,7 +361,7 @@ fn a_forged_requeue_header_is_an_ordinary_record_and_genuine_copies_cross_worker
         let skipped_a = counted(&metrics_a, r#"leasehold_records_exhausted_total{policy="skip"}"#);
         let second = Running::start(&yaml, "requeue-b");
         let metrics = second.metrics.clone();
-        eventually("the copies exhausted", Duration::from_secs(60), || {
+        wait_for("the copies exhausted", Duration::from_secs(60), async || {
             skipped_a + counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#) >= 1
         })
         .await;

@@ -6,7 +6,7 @@
 
 mod common;
 
-use leasehold_testkit::process::eventually;
+use leasehold_testkit::process::wait_for;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -68,10 +68,10 @@ fn a_hung_processor_is_reported_stuck_keeps_its_lease_and_is_abandoned_at_shutdo
 
         let written = records(1, 0, 10);
         put_records(&kinesis, &stream, &written).await;
-        eventually("the records before the hung one", Duration::from_secs(30), || done.lock().unwrap().len() == 3)
+        wait_for("the records before the hung one", Duration::from_secs(30), async || done.lock().unwrap().len() == 3)
             .await;
         let hung_since = Instant::now();
-        eventually("the hung record counted as stuck", GRACEFUL * 3, || {
+        wait_for("the hung record counted as stuck", GRACEFUL * 3, async || {
             counted(&metrics, "leasehold_records_stuck") == 1
         })
         .await;
@@ -98,7 +98,7 @@ fn a_hung_processor_is_reported_stuck_keeps_its_lease_and_is_abandoned_at_shutdo
         // The lease was released at the last record done: the next holder takes it at once (no expiry
         // wait) and processes the stuck record and the rest, once each.
         let next = spawn(&yaml, "hung-b");
-        eventually("the rest processed by the next holder", Duration::from_secs(20), || {
+        wait_for("the rest processed by the next holder", Duration::from_secs(20), async || {
             next.deliveries().len() >= written.len() - 3
         })
         .await;

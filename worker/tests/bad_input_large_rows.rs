@@ -82,16 +82,17 @@ async fn rows_near_the_item_limit_are_skipped_and_reported_once_and_the_rest_is_
     let readable = |d: &leasehold_testkit::process::Delivery| {
         d.shard_id != "shardId-000000000000" && d.shard_id != "shardId-000000000001"
     };
-    wait_for("shards 2 and 3 leased", Duration::from_secs(20), || worker.held_shards().len() == 2);
+    wait_for("shards 2 and 3 leased", Duration::from_secs(20), async || worker.held_shards().len() == 2).await;
     let mut expected: Vec<(String, Vec<u8>)> = Vec::new();
     for shard in ["shardId-000000000002", "shardId-000000000003"] {
         let stored = leasehold_testkit::kinesis::read_shard(&kinesis, &stream, shard).await;
         expected.extend(stored.into_iter().map(|r| (r.partition_key, r.data.into_inner())));
     }
     assert!(!expected.is_empty());
-    wait_for("the readable shards' records processed", Duration::from_secs(30), || {
+    wait_for("the readable shards' records processed", Duration::from_secs(30), async || {
         worker.deliveries().iter().filter(|d| readable(d)).count() >= expected.len()
-    });
+    })
+    .await;
     // Many scans later, each bad row is still reported exactly once.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let deliveries = worker.deliveries();

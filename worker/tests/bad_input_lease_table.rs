@@ -39,10 +39,12 @@ async fn a_deleted_lease_table_stops_processing_is_reported_and_recreating_it_re
     let refs: Vec<_> = workers.iter().collect();
     let before = records(10, 0, 5);
     put_records(&kinesis, &stream, &before).await;
-    wait_for("the first records processed", Duration::from_secs(30), || {
+    wait_for("the first records processed", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&refs)).len() == before.len()
-    });
-    wait_for("one shard each", Duration::from_secs(20), || workers.iter().all(|w| w.held_shards().len() == 1));
+    })
+    .await;
+    wait_for("one shard each", Duration::from_secs(20), async || workers.iter().all(|w| w.held_shards().len() == 1))
+        .await;
     for worker in &workers {
         assert_eq!(table_missing_gauge(worker).await.as_deref(), Some("leasehold_lease_table_missing 0"));
     }
@@ -85,15 +87,17 @@ async fn a_deleted_lease_table_stops_processing_is_reported_and_recreating_it_re
 
     // An operator recreates the table: the workers resume on their own, from the start position.
     create_table(&dynamodb, &table, TableBilling::OnDemand, &[]).await.expect("recreate the table");
-    wait_for("both shards leased again", Duration::from_secs(30), || {
+    wait_for("both shards leased again", Duration::from_secs(30), async || {
         workers.iter().map(|w| w.held_shards().len()).sum::<usize>() == 2
-    });
+    })
+    .await;
     let after = records(10, 200, 3);
     put_records(&kinesis, &stream, &after).await;
     let expected: Vec<_> = before.iter().chain(&during).chain(&after).cloned().collect();
-    wait_for("every record processed, the first ones twice", Duration::from_secs(60), || {
+    wait_for("every record processed, the first ones twice", Duration::from_secs(60), async || {
         all_deliveries(&refs).len() == expected.len() + before.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let deliveries = all_deliveries(&refs);
     let mut counts: HashMap<&str, usize> = HashMap::new();

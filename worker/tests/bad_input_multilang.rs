@@ -88,14 +88,14 @@ async fn run(mode: &str) -> (WorkerProcess, Vec<String>, Vec<String>, f64) {
     let config = config(&stream, None, "startPosition: TRIM_HORIZON\nretry: {backoff: 100ms}\n")
         .replace("processor: {stdout: {}}\n", &processor);
     let worker = spawn(&config, &format!("ml{mode}-1"));
-    wait_for("the child initialized", Duration::from_secs(30), || dir.join("initialized").exists());
+    wait_for("the child initialized", Duration::from_secs(30), async || dir.join("initialized").exists()).await;
     // Settled: the worker has started, holds its lease and runs its child.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let before = peak_mib(worker.pid());
     let written = records(2, 0, 10);
     put_records(&kinesis, &stream, &written).await;
     let done = || std::fs::read_to_string(dir.join("done")).unwrap_or_default();
-    wait_for("every record done", Duration::from_secs(90), || done().lines().count() >= written.len());
+    wait_for("every record done", Duration::from_secs(90), async || done().lines().count() >= written.len()).await;
     // A repeat would show in this time.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let rise = peak_mib(worker.pid()) - before;

@@ -55,16 +55,18 @@ async fn a_recreated_stream_is_read_from_its_start_and_no_old_checkpoint_is_appl
     let table = leasehold_testkit::unique_name("recreated");
     let yaml = config(&stream, Some(&table), "startPosition: LATEST\n");
     let mut workers = [spawn(&yaml, "recreated-a"), spawn(&yaml, "recreated-b")];
-    wait_for("one shard each", Duration::from_secs(20), || workers.iter().all(|w| w.held_shards().len() == 1));
+    wait_for("one shard each", Duration::from_secs(20), async || workers.iter().all(|w| w.held_shards().len() == 1))
+        .await;
     // LATEST is pinned and checkpointed when a reader starts; give both readers that moment.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = records(10, 0, 5);
     put_records(&kinesis, &stream, &before).await;
     {
         let refs: Vec<_> = workers.iter().collect();
-        wait_for("the first stream's records processed", Duration::from_secs(30), || {
+        wait_for("the first stream's records processed", Duration::from_secs(30), async || {
             distinct(&all_deliveries(&refs)).len() == before.len()
-        });
+        })
+        .await;
     }
     tokio::time::sleep(Duration::from_millis(600)).await;
     let first = stream_created(&kinesis, &stream).await;
@@ -83,7 +85,7 @@ async fn a_recreated_stream_is_read_from_its_start_and_no_old_checkpoint_is_appl
     // ~50 ms here) would read it under its old lease (docs/lease-protocol.md names this limit).
     {
         let refs: Vec<_> = workers.iter().collect();
-        wait_for("both shards given up", Duration::from_secs(20), || given_up(&refs).len() == 2);
+        wait_for("both shards given up", Duration::from_secs(20), async || given_up(&refs).len() == 2).await;
     }
     // Recreated at once: rows of the former incarnation are still in the table (some perhaps taken
     // again meanwhile); the sync replaces them only once the new stream is ACTIVE, keeping any owner,
@@ -97,9 +99,10 @@ async fn a_recreated_stream_is_read_from_its_start_and_no_old_checkpoint_is_appl
 
     let refs: Vec<_> = workers.iter().collect();
     let expected: Vec<_> = before.iter().chain(&after).cloned().collect();
-    wait_for("every record of both streams processed", Duration::from_secs(60), || {
+    wait_for("every record of both streams processed", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() == expected.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_exactly_once(&all_deliveries(&refs), &expected);
     let rows = stamps(&dynamodb, &table).await;

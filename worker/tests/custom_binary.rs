@@ -47,7 +47,8 @@ async fn the_example_binary_processes_serves_metrics_and_stops_on_sigterm() {
     let mut worker = WorkerProcess::spawn(&custom_binary(), &yaml, "custom-1");
     let records = records(10, 0, 10);
     put_records(&kinesis, &stream, &records).await;
-    wait_for("every record processed", Duration::from_secs(30), || processed(&worker).len() == records.len());
+    wait_for("every record processed", Duration::from_secs(30), async || processed(&worker).len() == records.len())
+        .await;
     assert!(processed(&worker).values().all(|n| *n == 1), "no record twice: {:?}", processed(&worker));
     let lines = worker.stdout_lines();
     for shard in ["shardId-000000000000", "shardId-000000000001"] {

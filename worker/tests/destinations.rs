@@ -6,7 +6,7 @@
 
 mod common;
 
-use leasehold_testkit::process::eventually;
+use leasehold_testkit::process::wait_for;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -169,7 +169,7 @@ fn each_destination_receives_each_failed_record_once() {
         .await;
         let metrics = running.metrics.clone();
         let total = running.written as u64;
-        eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
+        wait_for("every record processed or dead-lettered", Duration::from_secs(30), async || {
             counted(&metrics, "leasehold_records_processed_total")
                 + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
                 >= total
@@ -243,10 +243,14 @@ async fn missing_destination_blocks(missing: &'static str) {
     )
     .await;
     let metrics = running.metrics.clone();
-    eventually("the destination refusing, every record before the failing ones done", Duration::from_secs(30), || {
-        counted(&metrics, &format!(r#"leasehold_dead_letter_failures_total{{destination="{missing}"}}"#)) >= 3
-            && counted(&metrics, "leasehold_records_processed_total") >= 3 * KEYS as u64
-    })
+    wait_for(
+        "the destination refusing, every record before the failing ones done",
+        Duration::from_secs(30),
+        async || {
+            counted(&metrics, &format!(r#"leasehold_dead_letter_failures_total{{destination="{missing}"}}"#)) >= 3
+                && counted(&metrics, "leasehold_records_processed_total") >= 3 * KEYS as u64
+        },
+    )
     .await;
     // Refused for a while longer: still nothing passes the failing records.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -274,7 +278,7 @@ async fn missing_destination_blocks(missing: &'static str) {
             s3.create_bucket().bucket(&name).send().await.expect("bucket");
         }
     }
-    eventually("everything done once the destination exists", Duration::from_secs(30), || {
+    wait_for("everything done once the destination exists", Duration::from_secs(30), async || {
         counted(&metrics, "leasehold_records_processed_total")
             + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
             >= total

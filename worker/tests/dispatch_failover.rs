@@ -92,9 +92,10 @@ async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
     let mut killed = worker("a");
     let stopped = worker("b");
     let survivor = worker("c");
-    wait_for("three workers balanced", Duration::from_secs(30), || {
+    wait_for("three workers balanced", Duration::from_secs(30), async || {
         [&killed, &stopped, &survivor].iter().all(|w| !w.held_shards().is_empty())
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     killed.signal("KILL");
     killed.wait_exit(Duration::from_secs(5)).expect("killed");
@@ -103,11 +104,12 @@ async fn out_of_order_completion_loses_nothing_across_kill_and_shutdown() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let written = producer.stop().await;
     let expected: HashSet<String> = written.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect();
-    wait_for("every record acknowledged", Duration::from_secs(60), || {
+    wait_for("every record acknowledged", Duration::from_secs(60), async || {
         let acks = acks.lock().unwrap();
         let seen: HashSet<&str> = acks.iter().map(|(_, d)| d.as_str()).collect();
         expected.iter().all(|d| seen.contains(d.as_str()))
-    });
+    })
+    .await;
     assert!(survivor.held_shards().len() == 4, "the survivor ends with every shard");
 
     let acks = acks.lock().unwrap().clone();
@@ -151,12 +153,13 @@ async fn a_parent_ends_only_once_its_records_are_done_and_keys_keep_order_into_c
     put_records(&kinesis, &stream, &after).await;
     let expected: HashSet<String> =
         before.iter().chain(&after).map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect();
-    wait_for("every record acknowledged", Duration::from_secs(30), || {
+    wait_for("every record acknowledged", Duration::from_secs(30), async || {
         let acks = acks.lock().unwrap();
         let seen: HashSet<&str> = acks.iter().map(|(_, d)| d.as_str()).collect();
         expected.iter().all(|d| seen.contains(d.as_str()))
-    });
-    wait_for("the parent ended", Duration::from_secs(10), || !worker.events("shard ended").is_empty());
+    })
+    .await;
+    wait_for("the parent ended", Duration::from_secs(10), async || !worker.events("shard ended").is_empty()).await;
     let acks = acks.lock().unwrap().clone();
     assert_eq!(acks.len(), expected.len(), "one worker, no failure: nothing is repeated");
     let mut last: HashMap<String, u64> = HashMap::new();

@@ -37,9 +37,10 @@ async fn produce_and_check(kinesis: &aws_sdk_kinesis::Client, stream: &str, work
     let producer = Producer::start(kinesis.clone(), stream, 20, Duration::from_millis(50));
     tokio::time::sleep(run).await;
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&worker.deliveries()).len() >= written.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_exactly_once(&worker.deliveries(), &written);
     assert_per_key_order(&[worker]);
@@ -78,7 +79,7 @@ async fn subscriptions_ending_at_their_lifetime_are_renewed_with_no_gap_and_no_r
     controls.set_subscription_lifetime(Duration::from_secs(2));
     quick_resubscribe(&controls);
     let (kinesis, stream, mut worker) = one_worker(&server, "folife", 2, "").await;
-    wait_for("both shards held", Duration::from_secs(30), || worker.held_shards().len() == 2);
+    wait_for("both shards held", Duration::from_secs(30), async || worker.held_shards().len() == 2).await;
     produce_and_check(&kinesis, &stream, &mut worker, Duration::from_secs(9)).await;
     let started = controls.subscriptions_started(SHARD0);
     println!("{started} subscriptions of {SHARD0}");
@@ -95,9 +96,10 @@ async fn a_stalled_subscription_is_dropped_after_the_idle_timeout_and_replaced_w
     controls.stall_next_subscription(Some(SHARD0));
     let (kinesis, stream, mut worker) = one_worker(&server, "fostall", 1, "").await;
     let producer = Producer::start(kinesis.clone(), &stream, 20, Duration::from_millis(50));
-    wait_for("records flow once the stalled first subscription is replaced", Duration::from_secs(30), || {
+    wait_for("records flow once the stalled first subscription is replaced", Duration::from_secs(30), async || {
         !worker.deliveries().is_empty()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     // Mid-stream: the connection is cut and the subscription that replaces it stalls.
     controls.stall_next_subscription(Some(SHARD0));
@@ -105,9 +107,10 @@ async fn a_stalled_subscription_is_dropped_after_the_idle_timeout_and_replaced_w
     controls.drop_subscriptions(Some(SHARD0));
     tokio::time::sleep(Duration::from_secs(6)).await;
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&worker.deliveries()).len() >= written.len()
-    });
+    })
+    .await;
     let resumed = worker.deliveries().into_iter().filter(|d| d.seen_at > cut_at).map(|d| d.seen_at).min();
     println!("records resumed {:?} after the cut", resumed.map(|at| at - cut_at));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -125,11 +128,11 @@ async fn cut_connections_and_exception_events_are_resubscribed_after_the_last_ev
     let controls = server.controls();
     quick_resubscribe(&controls);
     let (kinesis, stream, mut worker) = one_worker(&server, "fodrop", 2, "").await;
-    wait_for("both shards held", Duration::from_secs(30), || worker.held_shards().len() == 2);
+    wait_for("both shards held", Duration::from_secs(30), async || worker.held_shards().len() == 2).await;
     let producer = Producer::start(kinesis.clone(), &stream, 20, Duration::from_millis(50));
     for round in 0..4 {
         tokio::time::sleep(Duration::from_millis(1000)).await;
-        wait_for("both shards subscribed", Duration::from_secs(20), || controls.open_subscriptions() == 2);
+        wait_for("both shards subscribed", Duration::from_secs(20), async || controls.open_subscriptions() == 2).await;
         if round % 2 == 0 {
             controls.drop_subscriptions(None);
         } else {
@@ -138,9 +141,10 @@ async fn cut_connections_and_exception_events_are_resubscribed_after_the_last_ev
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&worker.deliveries()).len() >= written.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_exactly_once(&worker.deliveries(), &written);
     assert_per_key_order(&[&worker]);
@@ -157,9 +161,10 @@ async fn a_shard_whose_subscription_cannot_be_reestablished_within_a_lease_is_re
     controls.fail_next_subscribes(Some(SHARD0), FanOutFault::ResourceInUse, 8);
     let (kinesis, stream, mut worker) = one_worker(&server, "fogiveup", 2, "").await;
     let shard = format!("{stream}:{SHARD0}");
-    wait_for("the shard given up", Duration::from_secs(30), || {
+    wait_for("the shard given up", Duration::from_secs(30), async || {
         worker.events("lease released").iter().any(|(_, s)| *s == shard)
-    });
+    })
+    .await;
     assert!(metric(&worker, "leasehold_fanout_shards_given_up_total").await >= 1.0);
     assert!(worker.stderr_text().contains("giving the shard up"), "logged");
     // The shard is taken again once free, and read once subscriptions are accepted.
@@ -175,9 +180,10 @@ async fn a_sigterm_handoff_refused_with_resource_in_use_at_first_repeats_nothing
     let table = leasehold_testkit::unique_name("foterm");
     let config = fan_out_config(&server, &stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let [mut leaver, mut stayer] = [spawn(&config, "foterm-a"), spawn(&config, "foterm-b")];
-    wait_for("balanced", Duration::from_secs(40), || {
+    wait_for("balanced", Duration::from_secs(40), async || {
         leaver.held_shards().len() == 2 && stayer.held_shards().len() == 2
-    });
+    })
+    .await;
     let producer = Producer::start(kinesis.clone(), &stream, 20, Duration::from_millis(50));
     tokio::time::sleep(Duration::from_secs(2)).await;
     // As the service answers while the previous holder's subscription is open or younger than 5 s.
@@ -188,13 +194,14 @@ async fn a_sigterm_handoff_refused_with_resource_in_use_at_first_repeats_nothing
     leaver.signal("TERM");
     let status = leaver.wait_exit(Duration::from_secs(10)).expect("leaver exits");
     assert!(status.success(), "graceful exit: {status:?}\n{}", leaver.stderr_text());
-    wait_for("stayer holds every shard", Duration::from_secs(15), || stayer.held_shards().len() == 4);
+    wait_for("stayer holds every shard", Duration::from_secs(15), async || stayer.held_shards().len() == 4).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let written = producer.stop().await;
     let both = [&leaver, &stayer];
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&both)).len() >= written.len()
-    });
+    })
+    .await;
     let deliveries = all_deliveries(&both);
     assert_exactly_once(&deliveries, &written);
     assert_eq!(check_handovers(&deliveries), 0);

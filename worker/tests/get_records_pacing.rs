@@ -37,9 +37,10 @@ async fn a_page_that_times_out_is_asked_for_again_smaller_and_the_shard_moves_on
     );
     let mut worker = spawn(&config, "pacing");
     // Generous: a loaded shared kinesalite is slow for every page, and each timed-out call costs 3 s.
-    wait_for("the backlog processed with smaller pages", Duration::from_secs(120), || {
+    wait_for("the backlog processed with smaller pages", Duration::from_secs(120), async || {
         distinct(&worker.deliveries()).len() == backlog.len()
-    });
+    })
+    .await;
     let limits: Vec<i64> = worker
         .logs()
         .into_iter()
@@ -58,9 +59,10 @@ async fn a_page_that_times_out_is_asked_for_again_smaller_and_the_shard_moves_on
     let more = records(10, 100, 20);
     put_records(&kinesis, &stream, &more).await;
     let expected: Vec<_> = backlog.iter().chain(&more).cloned().collect();
-    wait_for("the later records processed", Duration::from_secs(30), || {
+    wait_for("the later records processed", Duration::from_secs(30), async || {
         distinct(&worker.deliveries()).len() == expected.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_exactly_once(&worker.deliveries(), &expected);
     assert_running(&mut [&mut worker]);

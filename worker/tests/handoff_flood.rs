@@ -125,9 +125,10 @@ fn a_flood_of_bad_notices_is_refused_counted_and_logged_briefly() {
         let config = Emulator::Kinesalite.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
         let mut target = spawn_capped(&config, "flood-a");
         let mut peer = spawn_capped(&config, "flood-b");
-        wait_for("two workers balanced", Duration::from_secs(30), || {
+        wait_for("two workers balanced", Duration::from_secs(30), async || {
             [&target, &peer].iter().all(|w| w.held_shards().len() == 2)
-        });
+        })
+        .await;
         let address = target.handoff_addr().expect("the target takes notices");
         let metrics_address = target.metrics_addr().expect("metrics");
         let (held, peers) = (target.held_shards(), peer.held_shards());
@@ -258,9 +259,10 @@ fn a_flood_of_bad_notices_is_refused_counted_and_logged_briefly() {
         assert_eq!(metric_or_zero(&target, "leasehold_handoff_notices_total{event=\"taken\"}").await, 0.0);
 
         let written = producer.stop().await;
-        wait_for("every record delivered", Duration::from_secs(30), || {
+        wait_for("every record delivered", Duration::from_secs(30), async || {
             distinct(&all_deliveries(&[&target, &peer])).len() >= written.len()
-        });
+        })
+        .await;
         assert_exactly_once(&all_deliveries(&[&target, &peer]), &written);
         assert_running(&mut [&mut target, &mut peer]);
     });
@@ -275,7 +277,8 @@ fn a_thousand_slow_connections_leave_the_probes_and_renewals_alone() {
         let table = leasehold_testkit::unique_name("slow");
         let config = Emulator::Kinesalite.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
         let worker = spawn_capped(&config, "slow-a");
-        wait_for("the worker holds both shards", Duration::from_secs(30), || worker.held_shards().len() == 2);
+        wait_for("the worker holds both shards", Duration::from_secs(30), async || worker.held_shards().len() == 2)
+            .await;
         let address = worker.metrics_addr().expect("metrics");
         let held = worker.held_shards();
         let dynamodb = leasehold_testkit::dynamodb_client().await;

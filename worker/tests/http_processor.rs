@@ -82,10 +82,14 @@ async fn run_http_worker(
     )
     .replace("processor: {stdout: {}}", &format!("processor: {{http: {http}}}"));
     let worker = spawn(&config, &format!("{prefix}-1"));
-    wait_for("every record but one acknowledged", Duration::from_secs(60), || acknowledged() >= written.len() - 1);
-    wait_for("the refused record skipped", Duration::from_secs(10), || {
+    wait_for("every record but one acknowledged", Duration::from_secs(60), async || {
+        acknowledged() >= written.len() - 1
+    })
+    .await;
+    wait_for("the refused record skipped", Duration::from_secs(10), async || {
         worker.stderr_text().contains("record skipped after its attempts ran out")
-    });
+    })
+    .await;
     worker
 }
 
@@ -688,10 +692,11 @@ async fn a_worker_with_bisect_isolates_a_poison_record_which_meets_its_policy() 
     .replace("processor: {stdout: {}}", &format!("processor: {{http: {http}}}"));
     let worker = spawn(&config, "http-bisect-1");
     let acknowledged = || batches.lock().unwrap().iter().map(|b| b.acknowledged().len()).sum::<usize>();
-    wait_for("the 63 others acknowledged", Duration::from_secs(60), || acknowledged() >= 63);
-    wait_for("the poison record skipped", Duration::from_secs(20), || {
+    wait_for("the 63 others acknowledged", Duration::from_secs(60), async || acknowledged() >= 63).await;
+    wait_for("the poison record skipped", Duration::from_secs(20), async || {
         worker.stderr_text().contains("record skipped after its attempts ran out")
-    });
+    })
+    .await;
     let batches = batches.lock().unwrap().clone();
     assert_eq!(batches[0].events.len(), 64, "one batch of 64 first");
     let mut acknowledged: Vec<String> =

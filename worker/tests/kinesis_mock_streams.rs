@@ -36,9 +36,10 @@ async fn a_stream_named_by_arn_is_read_through_its_arn() {
     let refs: Vec<_> = workers.iter().collect();
     let written = records(20, 0, 10);
     put_records(&kinesis, &stream, &written).await;
-    wait_for("every record processed", Duration::from_secs(40), || {
+    wait_for("every record processed", Duration::from_secs(40), async || {
         distinct(&all_deliveries(&refs)).len() == written.len()
-    });
+    })
+    .await;
     assert_exactly_once(&all_deliveries(&refs), &written);
     assert_per_key_order(&refs);
     // Lease keys stay `<stream name>:<shardId>`.
@@ -52,9 +53,10 @@ async fn a_stream_named_by_arn_is_read_through_its_arn() {
         &config_for(&format!("[{{arn: '{elsewhere}'}}]"), &stray_table, "startPosition: TRIM_HORIZON\n"),
         "arn-other",
     );
-    wait_for("the other account's stream reported missing", Duration::from_secs(20), || {
+    wait_for("the other account's stream reported missing", Duration::from_secs(20), async || {
         stray.stderr_text().contains("cannot list shards")
-    });
+    })
+    .await;
     assert!(stray.deliveries().is_empty(), "records of another account's stream were read");
 }
 
@@ -71,9 +73,10 @@ async fn an_on_demand_stream_is_read_like_any_other() {
     let refs: Vec<_> = workers.iter().collect();
     let written = records(30, 0, 5);
     put_records(&kinesis, &stream, &written).await;
-    wait_for("every record processed", Duration::from_secs(40), || {
+    wait_for("every record processed", Duration::from_secs(40), async || {
         distinct(&all_deliveries(&refs)).len() == written.len()
-    });
+    })
+    .await;
     assert_exactly_once(&all_deliveries(&refs), &written);
     assert_per_key_order(&refs);
 }
@@ -102,9 +105,10 @@ async fn update_shard_count_under_load(emulator: Emulator, from: i32, to: i32) {
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written = producer.stop().await;
-    wait_for("every record processed across the generations", Duration::from_secs(60), || {
+    wait_for("every record processed across the generations", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() >= written.len()
-    });
+    })
+    .await;
     assert_exactly_once(&all_deliveries(&refs), &written);
     assert_per_key_order(&refs);
     assert_key_order_across_shards(&refs);

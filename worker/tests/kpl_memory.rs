@@ -325,7 +325,7 @@ async fn peak_rise(shape: Shape) -> f64 {
     let config = config(&stream, Some(&table), SETTINGS).replace("processor: {stdout: {}}\n", &sink.processor());
     let worker = WorkerProcess::spawn(&capped_binary(), &config, "kplmem-1");
     let pid = worker.pid();
-    wait_for("the first plain record done", Duration::from_secs(60), || sink.count(&warm) == 1);
+    wait_for("the first plain record done", Duration::from_secs(60), async || sink.count(&warm) == 1).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let before = status_mib(pid, "VmHWM:").expect("the worker runs");
 

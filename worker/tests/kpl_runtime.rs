@@ -267,7 +267,7 @@ async fn aggregates_and_plain_records_on_one_shard_are_each_delivered_once_under
         "ordering: key\nconcurrency: 8\n",
         "kplmix-1",
     );
-    wait_for("every record delivered", Duration::from_secs(60), || printed(&w).len() >= expected.len());
+    wait_for("every record delivered", Duration::from_secs(60), async || printed(&w).len() >= expected.len()).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = printed(&w);
     assert_exactly_once(&seen, &expected);
@@ -319,7 +319,7 @@ async fn corrupted_aggregates_are_delivered_whole_as_plain_records_and_counted()
     put(&kinesis, &stream, "bad-2", None, &cut_short).await;
     let w = worker(&stream, &table, "processor: {stdout: {}}\n", "ordering: key\nconcurrency: 4\n", "kplbad-1");
     let total = aggregates[1].users.len() + 2;
-    wait_for("every record delivered", Duration::from_secs(60), || printed(&w).len() >= total);
+    wait_for("every record delivered", Duration::from_secs(60), async || printed(&w).len() >= total).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let seen = printed(&w);
     assert_eq!(seen.len(), total, "the good aggregate's user records and the two bad records, once each");
@@ -376,13 +376,17 @@ async fn sigterm_inside_an_aggregate_hands_over_with_no_repeats(reading: Reading
     let table = leasehold_testkit::unique_name("kplterm");
     let sink = Sink::start(Duration::from_millis(1)).await;
     let mut leaver = reading_worker(reading, &stream, &table, &sink.processor("leaver"), SLOW, "leaver");
-    wait_for("leaver holds the shard", Duration::from_secs(20), || leaver.held_shards().len() == 1);
+    wait_for("leaver holds the shard", Duration::from_secs(20), async || leaver.held_shards().len() == 1).await;
     let stayer = reading_worker(reading, &stream, &table, &sink.processor("stayer"), SLOW, "stayer");
-    wait_for("leaver is well into the backlog", Duration::from_secs(60), || sink.by("leaver").len() >= 1200);
+    wait_for("leaver is well into the backlog", Duration::from_secs(60), async || sink.by("leaver").len() >= 1200)
+        .await;
     leaver.signal("TERM");
     let status = leaver.wait_exit(Duration::from_secs(15)).expect("leaver exits");
     assert!(status.success(), "graceful exit: {status:?}\n{}", leaver.stderr_text());
-    wait_for("every user record delivered", Duration::from_secs(90), || counts(&sink.seen()).len() >= given.len());
+    wait_for("every user record delivered", Duration::from_secs(90), async || {
+        counts(&sink.seen()).len() >= given.len()
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = sink.seen();
     assert_exactly_once(&seen, &given);
@@ -405,7 +409,8 @@ async fn kill_9_inside_an_aggregate_repeats_only_what_was_not_checkpointed(readi
     let table = leasehold_testkit::unique_name("kplkill");
     let sink = Sink::start(Duration::from_millis(1)).await;
     let mut victim = reading_worker(reading, &stream, &table, &sink.processor("victim"), SLOW, "victim");
-    wait_for("victim is well into the backlog", Duration::from_secs(60), || sink.by("victim").len() >= 1200);
+    wait_for("victim is well into the backlog", Duration::from_secs(60), async || sink.by("victim").len() >= 1200)
+        .await;
     victim.signal("KILL");
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
     // A checkpoint write sent just before the kill lands within milliseconds.
@@ -416,7 +421,10 @@ async fn kill_9_inside_an_aggregate_repeats_only_what_was_not_checkpointed(readi
     };
     let done = (sequence.len(), sequence.clone(), u64::from(sub_sequence));
     let survivor = reading_worker(reading, &stream, &table, &sink.processor("survivor"), SLOW, "survivor");
-    wait_for("every user record delivered", Duration::from_secs(90), || counts(&sink.seen()).len() >= given.len());
+    wait_for("every user record delivered", Duration::from_secs(90), async || {
+        counts(&sink.seen()).len() >= given.len()
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = sink.seen();
     let counted = counts(&seen);
@@ -458,7 +466,7 @@ async fn aggregates_across_a_split_and_a_merge_are_each_delivered_once() {
         put_aggregate(&kinesis, &stream, &aggregate).await;
     }
     expected.extend(before.clone());
-    wait_for("the parent read", Duration::from_secs(60), || printed(&w).len() >= before.len());
+    wait_for("the parent read", Duration::from_secs(60), async || printed(&w).len() >= before.len()).await;
     leasehold_testkit::kinesis::split(&kinesis, &stream, SHARD0).await;
     let children = leasehold_testkit::kinesis::open_shards(&kinesis, &stream).await;
     assert_eq!(children.len(), 2);
@@ -487,7 +495,7 @@ async fn aggregates_across_a_split_and_a_merge_are_each_delivered_once() {
         put_aggregate(&kinesis, &stream, &aggregate).await;
     }
     expected.extend(anywhere.clone());
-    wait_for("the children read", Duration::from_secs(60), || printed(&w).len() >= expected.len());
+    wait_for("the children read", Duration::from_secs(60), async || printed(&w).len() >= expected.len()).await;
     let (a, b) = (children[0].0.clone(), children[1].0.clone());
     leasehold_testkit::kinesis::merge(&kinesis, &stream, &a, &b).await;
     let after = users("user", 16, 40, 20);
@@ -495,7 +503,8 @@ async fn aggregates_across_a_split_and_a_merge_are_each_delivered_once() {
         put_aggregate(&kinesis, &stream, &aggregate).await;
     }
     expected.extend(after);
-    wait_for("every user record delivered", Duration::from_secs(90), || printed(&w).len() >= expected.len());
+    wait_for("every user record delivered", Duration::from_secs(90), async || printed(&w).len() >= expected.len())
+        .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let seen = printed(&w);
     assert_exactly_once(&seen, &expected);
@@ -549,9 +558,10 @@ async fn the_amazon_kclpy_sample_checkpoints_at_a_sub_sequence() {
     // The sample logs each record to the shared stderr without a newline, so the worker's next log
     // line continues the sample's: wait for the text of the checkpoint line, and read the JSON of each
     // line from its first `{` once the worker has exited.
-    wait_for("the sample checkpointed", Duration::from_secs(80), || {
+    wait_for("the sample checkpointed", Duration::from_secs(80), async || {
         w.stderr_text().contains("multilang child checkpoint acknowledged")
-    });
+    })
+    .await;
     w.signal("TERM");
     let status = w.wait_exit(Duration::from_secs(30)).expect("exits");
     let logs = w.stderr_text();
@@ -620,7 +630,7 @@ for line in sys.stdin:
         format!("processor: {{multilang: {{command: ['python3', '{}'], timeout: 10s}}}}\n", script.display());
     let w = worker(&stream, &table, &processor, "", "kplmlcp-1");
     let read = || std::fs::read_to_string(&answers).unwrap_or_default();
-    wait_for("every checkpoint answered", Duration::from_secs(30), || read().lines().count() >= 6);
+    wait_for("every checkpoint answered", Duration::from_secs(30), async || read().lines().count() >= 6).await;
     let got: Vec<Value> = read().lines().map(|l| serde_json::from_str(l).expect("json answer")).collect();
     let mut expected = Vec::new();
     for sub in 0..3u64 {
@@ -643,7 +653,7 @@ async fn with_deaggregate_false_an_aggregate_is_one_opaque_record() {
     let sequence = put_aggregate(&kinesis, &stream, &aggregate).await;
     let extra = "reader: {idleTime: 100ms, deaggregate: false}\n";
     let w = worker(&stream, &table, "processor: {stdout: {}}\n", extra, "kploff-1");
-    wait_for("the aggregate delivered", Duration::from_secs(30), || !printed(&w).is_empty());
+    wait_for("the aggregate delivered", Duration::from_secs(30), async || !printed(&w).is_empty()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let seen = printed(&w);
     assert_eq!(seen.len(), 1, "one record");

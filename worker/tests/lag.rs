@@ -171,7 +171,7 @@ async fn lag_rises_drains_and_rides_on_lease_writes(emulator: Emulator) {
     let config = with_endpoint(&config, Service::DynamoDb, &meter.endpoint());
     let spawned = Instant::now();
     let mut worker = spawn(&config, "lagging");
-    wait_for("the shard held", Duration::from_secs(30), || worker.held_shards().len() == 1);
+    wait_for("the shard held", Duration::from_secs(30), async || worker.held_shards().len() == 1).await;
     let key = worker.held_shards().into_iter().next().expect("one shard");
     let producer = Producer::start(kinesis.clone(), &stream, 2, Duration::from_millis(100));
 
@@ -195,7 +195,10 @@ async fn lag_rises_drains_and_rides_on_lease_writes(emulator: Emulator) {
 
     // Caught up: nothing pending, and the service says the tip is reached.
     let written = producer.stop().await;
-    wait_for("every record acknowledged", Duration::from_secs(30), || processor.acknowledged().len() >= written.len());
+    wait_for("every record acknowledged", Duration::from_secs(30), async || {
+        processor.acknowledged().len() >= written.len()
+    })
+    .await;
     wait_for_lag(&dynamodb, &table, &key, "lag back to 0", Duration::from_secs(10), |lag| lag == 0).await;
     let elapsed = spawned.elapsed();
     let acknowledged = processor.acknowledged();

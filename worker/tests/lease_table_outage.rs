@@ -41,10 +41,12 @@ async fn a_lease_table_outage_stops_processing_costs_little_and_heals() {
     let refs: Vec<_> = workers.iter().collect();
     let before = records(20, 0, 10);
     put_records(&kinesis, &stream, &before).await;
-    wait_for("the first records processed", Duration::from_secs(30), || {
+    wait_for("the first records processed", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&refs)).len() == before.len()
-    });
-    wait_for("two shards each", Duration::from_secs(20), || workers.iter().all(|w| w.held_shards().len() == 2));
+    })
+    .await;
+    wait_for("two shards each", Duration::from_secs(20), async || workers.iter().all(|w| w.held_shards().len() == 2))
+        .await;
 
     let cpu_before: Vec<Duration> = workers.iter().map(|w| cpu_time(w.pid())).collect();
     let logs_before: Vec<usize> = workers.iter().map(|w| w.stderr_text().lines().count()).collect();
@@ -75,15 +77,17 @@ async fn a_lease_table_outage_stops_processing_costs_little_and_heals() {
 
     cut.store(false, Ordering::SeqCst);
     let healed = Instant::now();
-    wait_for("every shard leased again", Duration::from_secs(30), || {
+    wait_for("every shard leased again", Duration::from_secs(30), async || {
         workers.iter().map(|w| w.held_shards().len()).sum::<usize>() == 4
-    });
+    })
+    .await;
     let after = records(20, 200, 5);
     put_records(&kinesis, &stream, &after).await;
     let expected: Vec<_> = before.iter().chain(&during).chain(&after).cloned().collect();
-    wait_for("every record processed", Duration::from_secs(60), || {
+    wait_for("every record processed", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() == expected.len()
-    });
+    })
+    .await;
     let deliveries = all_deliveries(&refs);
     assert_complete(&deliveries, &expected);
     assert_per_key_order(&refs);
@@ -97,9 +101,10 @@ async fn a_lease_table_outage_stops_processing_costs_little_and_heals() {
         assert_eq!(counts.get(data.as_ref()), Some(&1), "{data}: written during or after the outage, processed once");
     }
     // A worker whose shards the other took may still be in its backoff (at most 5 s, doubled by jitter).
-    wait_for("both workers see the table again", Duration::from_secs(20), || {
+    wait_for("both workers see the table again", Duration::from_secs(20), async || {
         workers.iter().all(|w| w.stderr_text().contains("lease table reachable again"))
-    });
+    })
+    .await;
     println!("healed {:?} ago", healed.elapsed());
 }
 
@@ -125,9 +130,10 @@ async fn a_worker_started_during_an_outage_waits_for_the_table() {
     );
     let mut waiting = spawn(&yaml, "outage-start-a");
     let mut stopped = spawn(&yaml, "outage-start-b");
-    wait_for("both workers see the table out of reach", Duration::from_secs(30), || {
+    wait_for("both workers see the table out of reach", Duration::from_secs(30), async || {
         [&waiting, &stopped].iter().all(|w| w.stderr_text().contains("cannot reach the lease table at start"))
-    });
+    })
+    .await;
     assert_running(&mut [&mut waiting, &mut stopped]);
     stopped.signal("TERM");
     let status = stopped.wait_exit(Duration::from_secs(10)).expect("exits on SIGTERM");
@@ -135,9 +141,10 @@ async fn a_worker_started_during_an_outage_waits_for_the_table() {
     let written = records(10, 0, 5);
     put_records(&kinesis, &stream, &written).await;
     cut.store(false, Ordering::SeqCst);
-    wait_for("every record processed once the table answers", Duration::from_secs(60), || {
+    wait_for("every record processed once the table answers", Duration::from_secs(60), async || {
         distinct(&waiting.deliveries()).len() >= written.len()
-    });
+    })
+    .await;
     assert_exactly_once(&waiting.deliveries(), &written);
     assert!(metric(&waiting, "leasehold_lease_table_failures_total").await >= 1.0, "the waits are counted");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use leasehold_testkit::process::eventually;
+use leasehold_testkit::process::wait_for;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -112,7 +112,7 @@ fn shutdown_hooks_of_every_shard_run_together_within_the_graceful_timeout() {
             .flat_map(|n| (0..8).map(move |k| leasehold_testkit::kinesis::numbered(&format!("k{k}"), n)))
             .collect();
         put_records(&kinesis, &stream, &records).await;
-        eventually("every record processed", Duration::from_secs(30), || journal.count("record ") == records.len())
+        wait_for("every record processed", Duration::from_secs(30), async || journal.count("record ") == records.len())
             .await;
         assert_eq!(journal.count("initialize "), 4, "one processor per shard, initialized once");
         let asked = Instant::now();
@@ -130,7 +130,7 @@ fn shutdown_hooks_of_every_shard_run_together_within_the_graceful_timeout() {
         // A restart: each processor is initialized at the checkpoint the previous run left.
         let again = Arc::new(Journal::default());
         let (shutdown, task) = start(&stream, &table, TIMING, &again, Duration::ZERO);
-        eventually("four shards initialized", Duration::from_secs(20), || again.count("initialize ") == 4).await;
+        wait_for("four shards initialized", Duration::from_secs(20), async || again.count("initialize ") == 4).await;
         assert_eq!(again.count("record "), 0, "nothing is repeated after a clean shutdown");
         for shard in 0..4 {
             let calls = again.of(&format!("shardId-00000000000{shard}"));
@@ -149,7 +149,7 @@ fn a_hook_slower_than_the_graceful_timeout_does_not_hold_the_shutdown() {
         let table = leasehold_testkit::unique_name("slowhook");
         let journal = Arc::new(Journal::default());
         let (shutdown, task) = start(&stream, &table, TIMING, &journal, Duration::from_secs(60));
-        eventually("both shards initialized", Duration::from_secs(20), || journal.count("initialize ") == 2).await;
+        wait_for("both shards initialized", Duration::from_secs(20), async || journal.count("initialize ") == 2).await;
         let asked = Instant::now();
         shutdown.cancel();
         tokio::time::timeout(Duration::from_secs(10), task).await.expect("stops").expect("runtime task");
@@ -166,9 +166,9 @@ fn a_shard_that_fails_closes_its_processor() {
         let table = leasehold_testkit::unique_name("failing");
         let journal = Arc::new(Journal::default());
         let (shutdown, task) = start(&stream, &table, TIMING, &journal, Duration::ZERO);
-        eventually("the shard initialized", Duration::from_secs(20), || journal.count("initialize ") == 1).await;
+        wait_for("the shard initialized", Duration::from_secs(20), async || journal.count("initialize ") == 1).await;
         kinesis.delete_stream().stream_name(&stream).send().await.expect("delete stream");
-        eventually("the failed shard's processor closed", Duration::from_secs(30), || {
+        wait_for("the failed shard's processor closed", Duration::from_secs(30), async || {
             journal.count("shutdown_requested") >= 1
         })
         .await;

@@ -35,9 +35,10 @@ async fn a_crashed_workers_membership_row_is_removed_by_the_survivors() {
         assert!(started.elapsed() < Duration::from_secs(20), "both workers beat: {:?}", members(&store).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait_for("one shard each", Duration::from_secs(20), || {
+    wait_for("one shard each", Duration::from_secs(20), async || {
         survivor.held_shards().len() == 1 && victim.held_shards().len() == 1
-    });
+    })
+    .await;
 
     victim.signal("KILL");
     let _ = victim.wait_exit(Duration::from_secs(5));
@@ -47,7 +48,8 @@ async fn a_crashed_workers_membership_row_is_removed_by_the_survivors() {
         assert!(killed.elapsed() < Duration::from_secs(10), "victim's row still there: {:?}", members(&store).await);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    wait_for("the survivor holds both shards", Duration::from_secs(10), || survivor.held_shards().len() == 2);
+    wait_for("the survivor holds both shards", Duration::from_secs(10), async || survivor.held_shards().len() == 2)
+        .await;
     assert!(survivor.stderr_text().contains("membership row of a silent worker removed"), "the removal is logged");
 
     let mut survivor = survivor;

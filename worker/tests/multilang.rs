@@ -136,9 +136,10 @@ async fn a_crashing_or_stalling_child_is_restarted_and_nothing_is_lost() {
     let written = records(1, 0, 10);
     put_records(&kinesis, &stream, &written).await;
     let done = || std::fs::read_to_string(dir.join("done")).unwrap_or_default();
-    wait_for("every record done despite a crash and a stall", Duration::from_secs(60), || {
+    wait_for("every record done despite a crash and a stall", Duration::from_secs(60), async || {
         done().lines().count() >= written.len()
-    });
+    })
+    .await;
     let seen: Vec<String> = done().lines().map(String::from).collect();
     let expected: Vec<String> = written.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect();
     assert_eq!(seen, expected, "every record once, in order (the failed attempts never completed)");
@@ -173,7 +174,7 @@ async fn a_child_is_started_and_initialized_as_soon_as_the_lease_is_held() {
         shards.sort();
         shards
     };
-    wait_for("a child initialized for each shard", Duration::from_secs(30), || initialized().len() >= 2);
+    wait_for("a child initialized for each shard", Duration::from_secs(30), async || initialized().len() >= 2).await;
     assert_eq!(initialized(), ["shardId-000000000000", "shardId-000000000001"]);
 }
 
@@ -215,7 +216,10 @@ async fn records_in_flight_together_go_to_the_child_in_one_message_in_key_order(
     let config = config(&stream, None, extra).replace("processor: {stdout: {}}\n", &multilang(&command, "10s"));
     let worker = spawn(&config, "mlbatch-1");
     let done = || std::fs::read_to_string(dir.join("done")).unwrap_or_default();
-    wait_for("every record done despite a crash", Duration::from_secs(60), || done().lines().count() >= written.len());
+    wait_for("every record done despite a crash", Duration::from_secs(60), async || {
+        done().lines().count() >= written.len()
+    })
+    .await;
     let sizes: Vec<usize> =
         std::fs::read_to_string(dir.join("sizes")).unwrap().lines().map(|l| l.parse().unwrap()).collect();
     let largest = sizes.iter().copied().max().unwrap_or(0);

@@ -26,11 +26,12 @@ async fn metrics_health_and_readiness_follow_the_work_done() {
     put_records(&kinesis, &stream, &written).await;
     let table = leasehold_testkit::unique_name("metrics");
     let worker = spawn(&config(&stream, Some(&table), "startPosition: TRIM_HORIZON\nconcurrency: 4\n"), "metrics-1");
-    wait_for("the metrics address logged", Duration::from_secs(20), || worker.metrics_addr().is_some());
+    wait_for("the metrics address logged", Duration::from_secs(20), async || worker.metrics_addr().is_some()).await;
     let address = worker.metrics_addr().expect("address");
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&worker.deliveries()).len() >= written.len()
-    });
+    })
+    .await;
     assert_eq!(get(&address, "/healthz").await, (200, "ok".to_string()));
     assert_eq!(get(&address, "/readyz").await.0, 200);
     let mut values = HashMap::new();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use leasehold_testkit::process::eventually;
+use leasehold_testkit::process::wait_for;
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -186,7 +186,7 @@ async fn skip_case(input: Input) {
         "ordering: key\nconcurrency: 4\nretry: {maxAttempts: 3, backoff: 10ms, onExhausted: skip}\n",
     );
     let metrics = worker.metrics.clone();
-    eventually("every record processed or skipped", Duration::from_secs(30), || {
+    wait_for("every record processed or skipped", Duration::from_secs(30), async || {
         counted(&metrics, "leasehold_records_processed_total")
             + counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#)
             >= written.len() as u64
@@ -232,7 +232,7 @@ async fn dead_letter_case(input: Input) {
         ),
     );
     let metrics = worker.metrics.clone();
-    eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
+    wait_for("every record processed or dead-lettered", Duration::from_secs(30), async || {
         counted(&metrics, "leasehold_records_processed_total")
             + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
             >= written.len() as u64
@@ -292,7 +292,7 @@ async fn requeue_case(input: Input) {
     );
     let metrics = worker.metrics.clone();
     // Each failing record: put back three times (the limit), then skipped as no dead-letter stream is set.
-    eventually("every copy exhausted", Duration::from_secs(60), || {
+    wait_for("every copy exhausted", Duration::from_secs(60), async || {
         counted(&metrics, r#"leasehold_records_exhausted_total{policy="skip"}"#) >= KEYS as u64
     })
     .await;
@@ -340,7 +340,7 @@ async fn block_case(input: Input) {
     let metrics = worker.metrics.clone();
     let flaky = worker.flaky.clone();
     // Records before the failing one of each key go through; nothing after it does.
-    eventually("each key blocked on its failing record", Duration::from_secs(30), || {
+    wait_for("each key blocked on its failing record", Duration::from_secs(30), async || {
         (0..KEYS).all(|k| flaky.attempts_on(&format!("key-{k}:3")) >= 4)
     })
     .await;
@@ -353,7 +353,7 @@ async fn block_case(input: Input) {
         assert_eq!(flaky.attempts_on(&format!("key-{k}:4")), 0, "key-{k}: a later record ran past a blocked one");
     }
     flaky.healed.store(true, Ordering::SeqCst);
-    eventually("everything processed once healed", Duration::from_secs(30), || {
+    wait_for("everything processed once healed", Duration::from_secs(30), async || {
         counted(&metrics, "leasehold_records_processed_total") >= written.len() as u64
     })
     .await;
@@ -403,7 +403,7 @@ fn max_record_age_dead_letters_an_old_failing_record_without_retrying() {
         );
         let metrics = worker.metrics.clone();
         let total = (old.len() + young.len()) as u64;
-        eventually("every record processed or dead-lettered", Duration::from_secs(30), || {
+        wait_for("every record processed or dead-lettered", Duration::from_secs(30), async || {
             counted(&metrics, "leasehold_records_processed_total")
                 + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
                 >= total

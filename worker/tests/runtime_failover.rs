@@ -23,7 +23,10 @@ async fn balanced_pair(
     let config = emulator.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let workers = [spawn(&config, &format!("{prefix}-a")), spawn(&config, &format!("{prefix}-b"))];
     let half = usize::try_from(shards / 2).unwrap();
-    wait_for("two workers balanced", Duration::from_secs(30), || workers.iter().all(|w| w.held_shards().len() == half));
+    wait_for("two workers balanced", Duration::from_secs(30), async || {
+        workers.iter().all(|w| w.held_shards().len() == half)
+    })
+    .await;
     (kinesis, stream, workers)
 }
 
@@ -35,7 +38,7 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator
     victim.signal("KILL");
     let killed_at = Instant::now();
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
-    wait_for("survivor holds every shard", Duration::from_secs(15), || survivor.held_shards().len() == 4);
+    wait_for("survivor holds every shard", Duration::from_secs(15), async || survivor.held_shards().len() == 4).await;
     let takeovers = metric(&survivor, "leasehold_lease_takeovers_total").await;
     assert_eq!(takeovers, orphaned.len() as f64, "the survivor counts each lease it took over");
     for shard in &orphaned {
@@ -49,9 +52,10 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&[&victim, &survivor])).len() >= written.len()
-    });
+    })
+    .await;
     let deliveries = all_deliveries(&[&victim, &survivor]);
     assert_per_key_order(&[&victim, &survivor]);
     // Repeats come only from the victim's last uncheckpointed stretch: per shard, a suffix of what it
@@ -88,7 +92,7 @@ async fn sigterm_moves_shards_at_once_without_duplicates(emulator: Emulator) {
     let termed_at = Instant::now();
     let status = leaver.wait_exit(Duration::from_secs(10)).expect("leaver exits");
     assert!(status.success(), "graceful exit: {status:?}\n{}", leaver.stderr_text());
-    wait_for("stayer holds every shard", Duration::from_secs(10), || stayer.held_shards().len() == 4);
+    wait_for("stayer holds every shard", Duration::from_secs(10), async || stayer.held_shards().len() == 4).await;
     for shard in &moving {
         let moved = event_time(&stayer, "lease acquired", shard).expect("taken").duration_since(termed_at);
         println!("{shard}: moved {moved:?} after SIGTERM");
@@ -117,9 +121,10 @@ async fn sigterm_moves_shards_at_once_without_duplicates(emulator: Emulator) {
     );
     tokio::time::sleep(Duration::from_secs(1)).await;
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&[&leaver, &stayer])).len() >= written.len()
-    });
+    })
+    .await;
     let deliveries = all_deliveries(&[&leaver, &stayer]);
     // A graceful shutdown checkpoints before releasing: no repeats.
     assert_exactly_once(&deliveries, &written);
@@ -134,13 +139,14 @@ async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume(emulato
     tokio::time::sleep(Duration::from_secs(1)).await;
     let lost = sleeper.held_shards();
     sleeper.signal("STOP");
-    wait_for("other takes every shard", Duration::from_secs(15), || other.held_shards().len() == 4);
+    wait_for("other takes every shard", Duration::from_secs(15), async || other.held_shards().len() == 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let resumed_at = Instant::now();
     sleeper.signal("CONT");
-    wait_for("sleeper notices its losses", Duration::from_secs(5), || {
+    wait_for("sleeper notices its losses", Duration::from_secs(5), async || {
         lost.iter().all(|shard| event_time(&sleeper, "lease lost", shard).is_some_and(|at| at >= resumed_at))
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     let late: Vec<_> = sleeper
         .deliveries()
@@ -154,9 +160,10 @@ async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume(emulato
         .collect();
     assert!(late.is_empty(), "processed {} records of lost shards after resuming, e.g. {:?}", late.len(), late.first());
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&[&sleeper, &other])).len() >= written.len()
-    });
+    })
+    .await;
     // Only what the sleeper processed before it was stopped (and finished within 100 ms of resuming)
     // may come again, as a suffix per shard.
     let victim = Victim { owner: &sleeper.owner, crashed_before: Some(resumed_at + Duration::from_millis(100)) };

@@ -37,9 +37,10 @@ async fn throttling_and_expired_iterators_lose_and_repeat_nothing() {
         &proxy.endpoint(),
     );
     let worker = spawn(&config, "faults-1");
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&worker.deliveries()).len() >= written.len()
-    });
+    })
+    .await;
     let deliveries = worker.deliveries();
     // A throttled or expired read must not repeat records.
     assert_exactly_once(&deliveries, &written);
@@ -64,17 +65,22 @@ async fn a_missing_stream_is_reported_and_picked_up_once_created() {
     let worker = spawn(&config, "missing-1");
     let first = records(5, 0, 5);
     put_records(&kinesis, &present, &first).await;
-    wait_for("present stream read", Duration::from_secs(30), || distinct(&worker.deliveries()).len() >= first.len());
-    wait_for("missing stream reported", Duration::from_secs(10), || {
+    wait_for("present stream read", Duration::from_secs(30), async || {
+        distinct(&worker.deliveries()).len() >= first.len()
+    })
+    .await;
+    wait_for("missing stream reported", Duration::from_secs(10), async || {
         worker.stderr_text().contains("cannot list shards") && worker.stderr_text().contains(&missing)
-    });
+    })
+    .await;
     // Create it under the awaited name: the next shard sync picks it up.
     leasehold_testkit::create_named_stream(&kinesis, &missing, 1).await;
     let later = records(5, 100, 5);
     put_records(&kinesis, &missing, &later).await;
-    wait_for("new stream read", Duration::from_secs(30), || {
+    wait_for("new stream read", Duration::from_secs(30), async || {
         worker.deliveries().iter().filter(|d| d.stream == missing).count() >= later.len()
-    });
+    })
+    .await;
     let expected: Vec<_> = first.iter().chain(&later).cloned().collect();
     assert_exactly_once(&worker.deliveries(), &expected);
 }
@@ -90,13 +96,15 @@ async fn streams_matching_a_pattern_are_read_including_new_ones() {
         .replace("streams: [{name: unused}]", &format!("streamPattern: '^{prefix}-'"));
     let worker = spawn(&config, "pattern-1");
     put_records(&kinesis, &a, &records(3, 0, 3)).await;
-    wait_for("first stream read", Duration::from_secs(30), || worker.deliveries().iter().any(|d| d.stream == a));
+    wait_for("first stream read", Duration::from_secs(30), async || worker.deliveries().iter().any(|d| d.stream == a))
+        .await;
     let b = format!("{prefix}-b");
     leasehold_testkit::create_named_stream(&kinesis, &b, 1).await;
     put_records(&kinesis, &b, &records(3, 10, 3)).await;
-    wait_for("new matching stream read", Duration::from_secs(30), || {
+    wait_for("new matching stream read", Duration::from_secs(30), async || {
         worker.deliveries().iter().filter(|d| d.stream == b).count() >= 9
-    });
+    })
+    .await;
     let expected: Vec<_> = records(3, 0, 3).into_iter().chain(records(3, 10, 3)).collect();
     assert_exactly_once(&worker.deliveries(), &expected);
 }
@@ -118,7 +126,10 @@ async fn malformed_lease_rows_are_reported_and_skipped() {
     let worker = spawn(&config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n"), "malformed-1");
     let written = records(4, 0, 5);
     put_records(&kinesis, &stream, &written).await;
-    wait_for("records delivered", Duration::from_secs(30), || distinct(&worker.deliveries()).len() >= written.len());
+    wait_for("records delivered", Duration::from_secs(30), async || {
+        distinct(&worker.deliveries()).len() >= written.len()
+    })
+    .await;
     let logs = worker.stderr_text();
     assert!(logs.contains("malformed lease row skipped") && logs.contains("shardId-999"), "not reported:\n{logs}");
     assert_eq!(logs.matches("malformed lease row skipped").count(), 1, "reported once, not every scan");
@@ -138,7 +149,7 @@ async fn manual_assignment_reads_only_the_listed_shards_without_a_table() {
     )
     .replace(&format!("streams: [{{name: {stream}}}]\n"), "");
     let worker = spawn(&config, "assigned-1");
-    wait_for("assigned shard read", Duration::from_secs(30), || !worker.deliveries().is_empty());
+    wait_for("assigned shard read", Duration::from_secs(30), async || !worker.deliveries().is_empty()).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let shards: std::collections::HashSet<String> = worker.deliveries().into_iter().map(|d| d.shard_id).collect();
     assert_eq!(shards, ["shardId-000000000001".to_string()].into_iter().collect());

@@ -21,21 +21,24 @@ async fn three_workers_share_four_shards_and_process_every_record_in_key_order(e
     let config = emulator.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let mut workers = [spawn(&config, "w1"), spawn(&config, "w2"), spawn(&config, "w3")];
     let refs: Vec<_> = workers.iter().collect();
-    wait_for("every shard held", Duration::from_secs(30), || {
+    wait_for("every shard held", Duration::from_secs(30), async || {
         workers.iter().flat_map(|w| w.held_shards()).collect::<HashSet<_>>().len() == 4
-    });
+    })
+    .await;
     let second = records(50, 10, 10);
     put_records(&kinesis, &stream, &second).await;
     let expected: Vec<_> = first.iter().chain(&second).cloned().collect();
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() >= expected.len()
-    });
+    })
+    .await;
     // Give balancing time to settle, then check the spread: 4 shards over 3 workers, each holding 1 or 2,
     // never one shard in two workers.
-    wait_for("shards spread 2/1/1", Duration::from_secs(20), || {
+    wait_for("shards spread 2/1/1", Duration::from_secs(20), async || {
         let counts: Vec<usize> = workers.iter().map(|w| w.held_shards().len()).collect();
         counts.iter().sum::<usize>() == 4 && counts.iter().all(|c| (1..=2).contains(c))
-    });
+    })
+    .await;
     let held: Vec<String> = workers.iter().flat_map(|w| w.held_shards()).collect();
     assert_eq!(held.iter().collect::<HashSet<_>>().len(), held.len(), "a shard held twice: {held:?}");
 

@@ -18,27 +18,29 @@ async fn one_to_four_workers_on_sixteen_shards_converge_within_two_leases(emulat
     let table = leasehold_testkit::unique_name("scale");
     let config = emulator.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let mut first = spawn(&config, "scale-1");
-    wait_for("the first worker holds all 16", Duration::from_secs(30), || first.held_shards().len() == 16);
+    wait_for("the first worker holds all 16", Duration::from_secs(30), async || first.held_shards().len() == 16).await;
     // Light load while shards move by handoff: a rebalance repeats nothing.
     let producer = Producer::start(kinesis.clone(), &stream, 32, Duration::from_millis(100));
     let joined_at = Instant::now();
     let mut others = [spawn(&config, "scale-2"), spawn(&config, "scale-3"), spawn(&config, "scale-4")];
     let all: Vec<_> = std::iter::once(&first).chain(others.iter()).collect();
-    let converged = wait_for("4 each (+-1)", Duration::from_secs(20), || {
+    let converged = wait_for("4 each (+-1)", Duration::from_secs(20), async || {
         // Each worker's own view; whether two held a shard at once is judged at the end, from
         // complete logs (one worker's line may be read before another's earlier one).
         let held: Vec<Vec<String>> = all.iter().map(|w| w.held_shards()).collect();
         let flat: Vec<&String> = held.iter().flatten().collect();
         held.iter().all(|h| (3..=5).contains(&h.len())) && flat.len() == 16
-    });
+    })
+    .await;
     println!("converged {converged:?} after three workers joined");
     // Correctness, not speed (the runtime bench measures rebalance time on a quiet machine): the
     // joiners get their shares by handoff within a few lease durations even on a loaded machine.
     assert!(joined_at.elapsed() <= 5 * LEASE, "took {:?}", joined_at.elapsed());
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&all)).len() >= written.len()
-    });
+    })
+    .await;
     assert_exactly_once(&all_deliveries(&all), &written);
     assert_per_key_order(&all);
     // The joiners' shares came by handoff (counted by the giver), none by takeover.
@@ -78,9 +80,10 @@ async fn split_and_merge_keep_key_order_and_lose_nothing(emulator: Emulator) {
     merge(&kinesis, &stream, "shardId-000000000003", "shardId-000000000001").await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() >= written.len()
-    });
+    })
+    .await;
     let deliveries = all_deliveries(&refs);
     assert_exactly_once(&deliveries, &written);
 
@@ -128,11 +131,14 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     let latest = config(&stream, None, "");
 
     let mut first = spawn(&latest, "mem-1");
-    wait_for("holds both shards", Duration::from_secs(20), || first.held_shards().len() == 2);
+    wait_for("holds both shards", Duration::from_secs(20), async || first.held_shards().len() == 2).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let during = records(5, 100, 2);
     put_records(&kinesis, &stream, &during).await;
-    wait_for("new records delivered", Duration::from_secs(20), || distinct(&first.deliveries()).len() >= during.len());
+    wait_for("new records delivered", Duration::from_secs(20), async || {
+        distinct(&first.deliveries()).len() >= during.len()
+    })
+    .await;
     first.signal("TERM");
     first.wait_exit(Duration::from_secs(10)).expect("exits");
     let delivered = distinct(&first.deliveries());
@@ -146,11 +152,14 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     let while_down = records(5, 200, 2);
     put_records(&kinesis, &stream, &while_down).await;
     let second = spawn(&latest, "mem-2");
-    wait_for("holds both shards", Duration::from_secs(20), || second.held_shards().len() == 2);
+    wait_for("holds both shards", Duration::from_secs(20), async || second.held_shards().len() == 2).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let after = records(5, 300, 2);
     put_records(&kinesis, &stream, &after).await;
-    wait_for("new records delivered", Duration::from_secs(20), || distinct(&second.deliveries()).len() >= after.len());
+    wait_for("new records delivered", Duration::from_secs(20), async || {
+        distinct(&second.deliveries()).len() >= after.len()
+    })
+    .await;
     let delivered = distinct(&second.deliveries());
     assert!(while_down.iter().all(|(_, d)| !delivered.contains(&String::from_utf8_lossy(d).into_owned())));
     assert_exactly_once(&second.deliveries(), &after);
@@ -158,9 +167,10 @@ async fn memory_store_restarts_at_latest_unless_told_otherwise() {
     // With startPosition TRIM_HORIZON a restart reads everything retained.
     let third = spawn(&config(&stream, None, "startPosition: TRIM_HORIZON\n"), "mem-3");
     let everything: Vec<_> = before.iter().chain(&during).chain(&while_down).chain(&after).cloned().collect();
-    wait_for("everything delivered", Duration::from_secs(20), || {
+    wait_for("everything delivered", Duration::from_secs(20), async || {
         distinct(&third.deliveries()).len() >= everything.len()
-    });
+    })
+    .await;
     assert_exactly_once(&third.deliveries(), &everything);
 }
 
@@ -202,9 +212,10 @@ async fn split_merge_split_with_cleanup_between_processes_every_record_exactly_o
     let table = leasehold_testkit::unique_name("lineage");
     let config = emulator.config(&stream, Some(&table), "startPosition: TRIM_HORIZON\n");
     let mut workers = [spawn(&config, "lineage-1"), spawn(&config, "lineage-2")];
-    wait_for("both workers hold a shard", Duration::from_secs(30), || {
+    wait_for("both workers hold a shard", Duration::from_secs(30), async || {
         workers.iter().all(|w| w.held_shards().len() == 1)
-    });
+    })
+    .await;
     let producer = Producer::start(kinesis.clone(), &stream, 20, Duration::from_millis(50));
     let dynamodb = leasehold_testkit::dynamodb_client().await;
     let viewer = DynamoLeaseStore::new(dynamodb, table.clone(), LeaseSettings::new("viewer"));
@@ -223,9 +234,10 @@ async fn split_merge_split_with_cleanup_between_processes_every_record_exactly_o
     tokio::time::sleep(Duration::from_secs(3)).await;
     let written = producer.stop().await;
     let refs: Vec<&leasehold_testkit::process::WorkerProcess> = workers.iter().collect();
-    wait_for("every record delivered", Duration::from_secs(60), || {
+    wait_for("every record delivered", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&refs)).len() >= written.len()
-    });
+    })
+    .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let deliveries = all_deliveries(&refs);
     println!("{} deliveries for {} records", deliveries.len(), written.len());

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use leasehold_testkit::kinesis::split;
-use leasehold_testkit::process::{WorkerProcess, wait_for};
+use leasehold_testkit::process::{WorkerProcess, poll_until, wait_for};
 use leasehold_testkit::proxy::{FaultPolicy, FaultProxy};
 
 const LEASE: Duration = Duration::from_secs(2);
@@ -41,18 +41,14 @@ fn reading(worker: &WorkerProcess) -> Option<(u64, String)> {
 }
 
 /// [`wait_for`], printing every worker's log lines about leases and segments when it times out.
-fn wait_or_show(
+async fn wait_or_show(
     workers: &[&WorkerProcess],
     what: &str,
     timeout: Duration,
-    mut condition: impl FnMut() -> bool,
+    condition: impl AsyncFnMut() -> bool,
 ) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        if condition() {
-            return started.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if let Some(took) = poll_until(timeout, condition).await {
+        return took;
     }
     show(workers);
     panic!("timed out after {timeout:?} waiting for {what}: {:?}", spread(workers));
@@ -89,9 +85,10 @@ async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_few_scans(emulator
     let config = segmented_config(emulator, &stream, &table, FAST_TIMING, 2);
     let mut workers: Vec<WorkerProcess> = (1..=4).map(|i| spawn(&config, &format!("segkill-{i}"))).collect();
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
-    wait_or_show(&refs, "four workers balanced", Duration::from_secs(40), || {
+    wait_or_show(&refs, "four workers balanced", Duration::from_secs(40), async || {
         spread(&refs) == vec![2, 2, 2, 2] && no_shard_twice(&refs)
-    });
+    })
+    .await;
     drop(refs);
     // Let every worker read the group as it is now (a whole read at least every 4 scans x 4 workers).
     tokio::time::sleep(Duration::from_secs(5)).await;
@@ -110,9 +107,10 @@ async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_few_scans(emulator
     let killed_at = Instant::now();
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
     let survivors: Vec<&WorkerProcess> = workers.iter().collect();
-    wait_or_show(&survivors, "the survivors hold all 8", Duration::from_secs(15), || {
+    wait_or_show(&survivors, "the survivors hold all 8", Duration::from_secs(15), async || {
         spread(&survivors).iter().sum::<usize>() == 8 && no_shard_twice(&survivors)
-    });
+    })
+    .await;
     for shard in &orphaned {
         let taken = survivors
             .iter()
@@ -128,9 +126,10 @@ async fn a_dead_workers_shards_are_taken_within_a_lease_and_a_few_scans(emulator
     }
     let written = producer.stop().await;
     let all: Vec<&WorkerProcess> = std::iter::once(&victim).chain(workers.iter()).collect();
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&all)).len() >= written.len()
-    });
+    })
+    .await;
     assert_repeats_only_from_crashes(
         &all_deliveries(&all),
         &written,
@@ -150,9 +149,10 @@ async fn a_joiner_gets_its_share_within_ten_seconds(emulator: Emulator) {
     let config = segmented_config(emulator, &stream, &table, timing, 4);
     let mut workers: Vec<WorkerProcess> = (1..=3).map(|i| spawn(&config, &format!("segjoin-{i}"))).collect();
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
-    wait_or_show(&refs, "three workers balanced", Duration::from_secs(60), || {
+    wait_or_show(&refs, "three workers balanced", Duration::from_secs(60), async || {
         spread(&refs) == vec![4, 4, 4] && no_shard_twice(&refs)
-    });
+    })
+    .await;
     drop(refs);
     let producer = Producer::start(kinesis.clone(), &stream, 24, Duration::from_millis(100));
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -160,10 +160,11 @@ async fn a_joiner_gets_its_share_within_ten_seconds(emulator: Emulator) {
     workers.push(spawn(&config, "segjoin-4"));
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
     let mut double_held = false;
-    let took = wait_or_show(&refs, "four workers hold 3 each", Duration::from_secs(20), || {
+    let took = wait_or_show(&refs, "four workers hold 3 each", Duration::from_secs(20), async || {
         double_held |= !no_shard_twice(&refs);
         spread(&refs) == vec![3, 3, 3, 3]
-    });
+    })
+    .await;
     assert!(!double_held, "a shard was held by two workers at once");
     // From the joiner's start (its process launch on a loaded machine is not the protocol's time).
     let started = workers[3].events("worker started").first().map(|(at, _)| *at).unwrap_or(joined_at);
@@ -171,9 +172,10 @@ async fn a_joiner_gets_its_share_within_ten_seconds(emulator: Emulator) {
     println!("joiner balanced {balanced:?} after it started");
     assert!(balanced <= Duration::from_secs(10), "rebalance on join took {balanced:?}");
     let written = producer.stop().await;
-    wait_for("every record delivered", Duration::from_secs(30), || {
+    wait_for("every record delivered", Duration::from_secs(30), async || {
         distinct(&all_deliveries(&refs)).len() >= written.len()
-    });
+    })
+    .await;
     assert_exactly_once(&all_deliveries(&refs), &written);
     assert_per_key_order(&refs);
 }
@@ -193,9 +195,10 @@ async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulato
     let table = leasehold_testkit::unique_name("segsync");
     let config = segmented_config(emulator, &stream, &table, FAST_TIMING, 2);
     let mut workers: Vec<WorkerProcess> = (1..=3).map(|i| spawn(&config, &format!("segsync-{i}"))).collect();
-    wait_for("every shard leased", Duration::from_secs(30), || {
+    wait_for("every shard leased", Duration::from_secs(30), async || {
         workers.iter().map(|w| w.held_shards().len()).sum::<usize>() == 4
-    });
+    })
+    .await;
     // Several shard sync intervals (1 s) pass: only the term's holder lists shards and writes rows.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
@@ -210,16 +213,19 @@ async fn one_worker_syncs_the_shards_and_another_takes_over_when_it_dies(emulato
     let killed_at = Instant::now();
     holder.wait_exit(Duration::from_secs(5)).expect("killed");
     let survivors: Vec<&WorkerProcess> = workers.iter().collect();
-    let took =
-        wait_for("another worker takes the term", Duration::from_secs(10), || term_holders(&survivors).len() == 1);
+    let took = wait_for("another worker takes the term", Duration::from_secs(10), async || {
+        term_holders(&survivors).len() == 1
+    })
+    .await;
     println!("discovery term taken over {took:?} after the holder died");
     assert!(killed_at.elapsed() <= LEASE + Duration::from_secs(1), "term takeover took {:?}", killed_at.elapsed());
     // The new holder syncs: a split's children get rows and are read.
     split(&kinesis, &stream, "shardId-000000000000").await;
-    wait_for("both children leased", Duration::from_secs(20), || {
+    wait_for("both children leased", Duration::from_secs(20), async || {
         let held: Vec<String> = survivors.iter().flat_map(|w| w.held_shards()).collect();
         ["shardId-000000000004", "shardId-000000000005"].iter().all(|c| held.iter().any(|h| h.ends_with(c)))
-    });
+    })
+    .await;
     let new_holder = term_holders(&survivors);
     let creators: Vec<String> =
         survivors.iter().filter(|w| !w.events("lease row created").is_empty()).map(|w| w.owner.clone()).collect();
@@ -244,9 +250,10 @@ async fn only_the_term_holder_lists_shards_and_a_throttled_listing_still_complet
         proxies.push(proxy);
     }
     let refs: Vec<&WorkerProcess> = workers.iter().collect();
-    wait_or_show(&refs, "every shard leased", Duration::from_secs(60), || {
+    wait_or_show(&refs, "every shard leased", Duration::from_secs(60), async || {
         spread(&refs).iter().sum::<usize>() == 6 && no_shard_twice(&refs)
-    });
+    })
+    .await;
     // Several sync intervals (1 s) more.
     tokio::time::sleep(Duration::from_secs(4)).await;
     let calls: Vec<u64> = proxies.iter().map(|p| p.counts().get("ListShards").copied().unwrap_or(0)).collect();

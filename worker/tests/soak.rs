@@ -99,9 +99,10 @@ async fn a_churning_group_under_steady_load_keeps_memory_and_fds_bounded() {
     let written = producer.stop().await;
     assert!(proxy.injected() > 0, "no DynamoDB throttling was injected");
     let all: Vec<&WorkerProcess> = stayers.iter().chain(&churners).chain(&retired).collect();
-    wait_for("every record processed", Duration::from_secs(60), || {
+    wait_for("every record processed", Duration::from_secs(60), async || {
         distinct(&all_deliveries(&all)).len() >= written.len()
-    });
+    })
+    .await;
     assert_complete(&all_deliveries(&all), &written);
     let end: Vec<Sample> = stayers.iter().map(sample).collect();
     let warm = warm.expect("warm-up sample");

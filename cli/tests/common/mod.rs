@@ -11,6 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_testkit::process::WorkerProcess;
+/// The tests' one polling helper (an async closure as the condition).
+#[allow(unused_imports)]
+pub use leasehold_testkit::process::wait_for;
 use leasehold_testkit::{Service, endpoint};
 use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, ManualClock};
 
@@ -131,22 +134,6 @@ pub async fn store(table: &str, owner: &str, skew_ms: i64) -> DynamoLeaseStore {
 /// Runs `test` on a runtime of its own.
 pub fn run_test(test: impl std::future::Future<Output = ()>) {
     tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime").block_on(test);
-}
-
-/// Waits until `condition` holds (checked every 200 ms) or panics with `what`.
-pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let until = std::time::Instant::now() + timeout;
-    while std::time::Instant::now() < until {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("timed out after {timeout:?} waiting for {what}");
 }
 
 /// `describe --table T --stream S -o json`.

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
@@ -238,7 +238,7 @@ pub fn operator_command(
 /// Waits until the controller-manager has made `namespace`'s default ServiceAccount, without which no
 /// pod is admitted.
 pub async fn wait_for_default_service_account(client: &Client, namespace: &str, timeout: Duration) {
-    wait("default service account", timeout, || async {
+    wait("default service account", timeout, async || {
         Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace)
             .get_opt("default")
             .await
@@ -258,21 +258,8 @@ pub fn aws() -> serde_json::Value {
     })
 }
 
-/// Polls `condition` every 200 ms until true, or panics naming `what`.
-pub async fn wait<F, Fut>(what: &str, timeout: Duration, mut condition: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        if condition().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    panic!("timed out after {timeout:?} waiting for {what}");
-}
+/// The tests' one polling helper, by its name here: `wait(what, timeout, async || condition).await`.
+pub use leasehold_testkit::process::wait_for as wait;
 
 /// A free loopback port (bound then released: good enough for a test process started right after).
 pub fn free_port() -> u16 {

@@ -172,7 +172,9 @@ fn sequence_after(sequence: &str, checkpoint: &str) -> bool {
 /// its shard that resumed before the record's sequence number. Exact for runs without repeats, where
 /// a record's first delivery is the one that counts.
 pub fn in_processing_order(workers: &[&WorkerProcess]) -> Vec<Delivery> {
-    let mut keyed: Vec<((Option<SystemTime>, usize, usize), Delivery)> = Vec::new();
+    // (when its hold began by its worker's clock, which worker, its place in that worker's output)
+    type Place = (Option<SystemTime>, usize, usize);
+    let mut keyed: Vec<(Place, Delivery)> = Vec::new();
     for (w, worker) in workers.iter().enumerate() {
         let holds = holds(worker);
         for (i, delivery) in worker.deliveries().into_iter().enumerate() {

@@ -378,27 +378,28 @@ pub fn cpu_time(pid: u32) -> Duration {
     Duration::from_millis(ticks * 10)
 }
 
-/// [`wait_for`] for a test whose own runtime does the work (a worker in the test's process): checks
-/// every 50 ms without blocking the thread, or panics with `what` after `timeout`.
-pub async fn eventually(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) {
+/// How often [`wait_for`] and [`poll_until`] check their condition.
+pub const POLL_EVERY: Duration = Duration::from_millis(100);
+
+/// Checks `condition` every [`POLL_EVERY`] until it holds, without blocking the thread (a worker or
+/// server the test runs in its own runtime goes on meanwhile); how long it took, or None after
+/// `timeout`. The tests' one polling loop: [`wait_for`] is it with a panic.
+pub async fn poll_until(timeout: Duration, mut condition: impl AsyncFnMut() -> bool) -> Option<Duration> {
     let started = Instant::now();
     while started.elapsed() < timeout {
-        if condition() {
-            return;
+        if condition().await {
+            return Some(started.elapsed());
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(POLL_EVERY).await;
     }
-    panic!("timed out after {timeout:?} waiting for {what}");
+    None
 }
 
-/// Waits until `condition` holds, checking every 100 ms, or panics with `what` after `timeout`.
-pub fn wait_for(what: &str, timeout: Duration, mut condition: impl FnMut() -> bool) -> Duration {
-    let started = Instant::now();
-    while started.elapsed() < timeout {
-        if condition() {
-            return started.elapsed();
-        }
-        std::thread::sleep(Duration::from_millis(100));
+/// Waits until `condition` holds (an async closure: `async || worker.held_shards().len() == 2`), or
+/// panics with `what` after `timeout`; how long it took.
+pub async fn wait_for(what: &str, timeout: Duration, condition: impl AsyncFnMut() -> bool) -> Duration {
+    match poll_until(timeout, condition).await {
+        Some(took) => took,
+        None => panic!("timed out after {timeout:?} waiting for {what}"),
     }
-    panic!("timed out after {timeout:?} waiting for {what}");
 }

@@ -14,7 +14,11 @@ use aws_sdk_kinesis::types::{
 };
 use leasehold_testkit::fanout::{FanOutControls, FanOutFault, FanOutServer};
 use leasehold_testkit::kinesis::{numbered, put_records, split};
+use leasehold_testkit::process::wait_for;
 use leasehold_testkit::{Service, endpoint, unique_name};
+
+/// How long the server's state may take to follow a client's move.
+const WAIT: Duration = Duration::from_secs(5);
 
 /// A fan-out server over kinesalite, a client for it and one fresh stream.
 struct Ground {
@@ -182,17 +186,7 @@ async fn records_arrive_in_order_soon_after_a_put() {
     assert_eq!(ground.controls.registered_consumers(), vec![consumer.clone()]);
     assert!(consumer.starts_with(&format!("{}/consumer/", ground.stream_arn)), "{consumer}");
     drop(output);
-    wait_for(|| ground.controls.open_subscriptions() == 0).await;
-}
-
-async fn wait_for(mut condition: impl FnMut() -> bool) {
-    for _ in 0..100 {
-        if condition() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("condition not met within 5 s");
+    wait_for("the open subscriptions: 0", WAIT, async || ground.controls.open_subscriptions() == 0).await;
 }
 
 #[tokio::test]
@@ -211,7 +205,7 @@ async fn lifetime_end_and_continuation_resume_without_gap_or_repeat() {
     let lasted = started.elapsed();
     assert!(data.is_empty());
     assert!(lasted >= Duration::from_millis(1400) && lasted < Duration::from_secs(4), "lasted {lasted:?}");
-    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    wait_for("the open subscriptions: 0", WAIT, async || ground.controls.open_subscriptions() == 0).await;
 
     let mut seen = Vec::new();
     let mut written = 0;
@@ -296,7 +290,7 @@ async fn the_services_subscription_rules() {
     drop(other_shard);
     // Closed, but within the window of the first one's start: still in use; after it: accepted.
     drop(first);
-    wait_for(|| ground.controls.open_subscriptions() == 1).await;
+    wait_for("the open subscriptions: 1", WAIT, async || ground.controls.open_subscriptions() == 1).await;
     tokio::time::sleep(Duration::from_millis(1100)).await;
     let early = ground.subscribe(&consumer, SHARD0, latest()).await;
     if let Err(e) = &early {
@@ -357,7 +351,7 @@ async fn a_stalled_subscription_says_nothing_and_stays_open() {
     assert_eq!(ground.controls.open_subscriptions(), 1);
     // Its replacement reads normally.
     drop(stalled);
-    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    wait_for("the open subscriptions: 0", WAIT, async || ground.controls.open_subscriptions() == 0).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let mut output =
         ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::TrimHorizon, None)).await.expect("replacement");
@@ -381,7 +375,7 @@ async fn dropped_and_failed_subscriptions_end_with_an_error() {
     ground.controls.fail_open_subscriptions(None, FanOutFault::InternalFailure);
     let error = next_event(&mut failed, Duration::from_secs(3)).await.expect_err("exception");
     assert!(error.contains("InternalFailureException"), "{error}");
-    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    wait_for("the open subscriptions: 0", WAIT, async || ground.controls.open_subscriptions() == 0).await;
 }
 
 #[tokio::test]
@@ -485,7 +479,8 @@ async fn consumers_are_listed_and_deregistered() {
         }
     };
     assert!(error.as_ref().is_err_and(|e| e.contains("ResourceNotFoundException")), "{error:?}");
-    wait_for(|| ground.controls.registered_consumers() == vec![first.clone()]).await;
+    wait_for("the registered consumers", WAIT, async || ground.controls.registered_consumers() == vec![first.clone()])
+        .await;
     let described = ground.client.describe_stream_consumer().consumer_arn(&second).send().await;
     let status = described.ok().and_then(|d| d.consumer_description).map(|d| d.consumer_status);
     assert!(matches!(status, None | Some(ConsumerStatus::Deleting)), "{status:?}");
@@ -529,7 +524,7 @@ async fn a_client_that_stopped_reading_loses_its_subscription_at_the_end_of_its_
     assert_eq!(ground.controls.open_subscriptions(), 1);
     assert!(ground.controls.records_pushed() < records.len(), "the client's buffers took everything");
     // Its connection still holds undelivered events, but for the service it is over.
-    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    wait_for("the open subscriptions: 0", WAIT, async || ground.controls.open_subscriptions() == 0).await;
     ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::Latest, None)).await.expect("not in use");
     drop(stuck);
 }
@@ -546,7 +541,7 @@ async fn a_client_that_does_not_read_is_cut_too() {
         ground.subscribe(&consumer, SHARD0, position(ShardIteratorType::TrimHorizon, None)).await.expect("sub");
     tokio::time::sleep(Duration::from_millis(1000)).await;
     ground.controls.drop_subscriptions(None);
-    wait_for(|| ground.controls.open_subscriptions() == 0).await;
+    wait_for("the open subscriptions: 0", WAIT, async || ground.controls.open_subscriptions() == 0).await;
     // What was already in the socket arrives, then a broken body.
     let mut delivered = 0;
     let error = loop {

@@ -4,9 +4,9 @@
 
 use std::time::Duration;
 
-use backon::BackoffBuilder;
 use tokio::time::Instant;
 
+use crate::backoff::{Backoff, Delays, Jitter};
 use crate::lease::LeaseError;
 
 /// Longest wait between two reads of an unreachable table.
@@ -17,7 +17,7 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 /// Failures to use the lease table since it last answered.
 pub(super) struct TableOutage {
     first_delay: Duration,
-    delays: Box<dyn Iterator<Item = Duration> + Send + Sync>,
+    delays: Delays,
     failures: u64,
     unlogged: u64,
     logged_at: Option<Instant>,
@@ -88,16 +88,10 @@ impl TableOutage {
     }
 }
 
-/// From `first` doubling to [`MAX_DELAY`], with jitter (so a group does not retry in step).
-fn delays(first: Duration) -> Box<dyn Iterator<Item = Duration> + Send + Sync> {
-    Box::new(
-        backon::ExponentialBuilder::default()
-            .with_min_delay(first.min(MAX_DELAY))
-            .with_max_delay(MAX_DELAY)
-            .with_jitter()
-            .without_max_times()
-            .build(),
-    )
+/// From `first` doubling to [`MAX_DELAY`], with up to as much again added at random (so a group does
+/// not retry in step).
+fn delays(first: Duration) -> Delays {
+    Backoff::new(first.min(MAX_DELAY), MAX_DELAY).with_jitter(Jitter::Added(1.0)).delays()
 }
 
 #[cfg(test)]

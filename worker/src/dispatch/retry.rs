@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::letter::Letters;
 use super::requeue::{self, History, KeySource, Opened, RequeueKey};
+use crate::backoff::{Backoff, Delays};
 use crate::destination::{DeliveryError, Destination, KINESIS_MAX_RECORD_BYTES, Publisher, StreamDestination};
 use crate::metrics::Metrics;
 use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
@@ -53,6 +54,17 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The waits between attempts: from `first` doubling to `max_backoff`, without jitter (what
+    /// `retry.backoff` documents, docs/worker.md).
+    fn delays(&self, first: Duration) -> Delays {
+        Backoff::new(first, self.max_backoff).delays()
+    }
+
+    /// The next of `delays` (which never ends).
+    fn next(&self, delays: &mut Delays) -> Duration {
+        delays.next().unwrap_or(self.max_backoff)
+    }
+
     /// The policy of a resolved spec, dead letters going to `dead_letter_stream`.
     pub fn from_spec(spec: &ResolvedSpec, dead_letter_stream: Option<String>) -> Self {
         Self {
@@ -240,7 +252,7 @@ impl Runner {
             return Outcome::Filtered;
         }
         let mut attempt = 0u32;
-        let mut delay = self.policy.backoff;
+        let mut delays = self.policy.delays(self.policy.backoff);
         loop {
             attempt = attempt.saturating_add(1);
             let mut outputs = Outputs::default();
@@ -279,10 +291,9 @@ impl Runner {
                 tracing::warn!(shard = %record.shard_id, sequence = %record.sequence_number, attempt, error = %error,
                     "processing failed; retrying in place");
             }
-            if !pause(delay, stop).await {
+            if !pause(self.policy.next(&mut delays), stop).await {
                 return Outcome::Abandoned;
             }
-            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
             self.metrics.records_retried.inc();
         }
     }
@@ -307,7 +318,8 @@ impl Runner {
     /// The consumer's requeue key, read from its source until it answers (the record waits, counted
     /// and logged); `None` if a graceful stop came first.
     async fn requeue_key(&self, stop: &CancellationToken) -> Option<&RequeueKey> {
-        let mut delay = self.policy.backoff.clamp(Duration::from_millis(100), Duration::from_secs(1));
+        let mut delays =
+            self.policy.delays(self.policy.backoff.clamp(Duration::from_millis(100), Duration::from_secs(1)));
         loop {
             let read = self
                 .keys
@@ -319,17 +331,18 @@ impl Runner {
                     }
                 })
                 .await;
-            match read {
+            let delay = match read {
                 Ok(key) => return Some(key),
                 Err(error) => {
+                    let delay = self.policy.next(&mut delays);
                     self.metrics.lease_table_failures.inc();
                     tracing::warn!(error = %error, ?delay, "cannot read the consumer's requeue key; retrying, the record waits");
+                    delay
                 }
-            }
+            };
             if !pause(delay, stop).await {
                 return None;
             }
-            delay = (delay * 2).min(self.policy.max_backoff);
         }
     }
 
@@ -519,7 +532,7 @@ impl Runner {
             Some(max) if letters.whole().len() > max => (Form::Cut(max), "too_large"),
             _ => (Form::Whole, "refused"),
         };
-        let mut delay = self.policy.backoff.min(Duration::from_secs(1));
+        let mut delays = self.policy.delays(self.policy.backoff.min(Duration::from_secs(1)));
         loop {
             let letter = match form {
                 Form::Whole => letters.whole().clone(),
@@ -540,7 +553,7 @@ impl Runner {
                 }
                 Err(refusal) => refusal,
             };
-            match refusal {
+            let delay = match refusal {
                 DeliveryError::Invalid(e) => {
                     let next = match (form, limit) {
                         (Form::Whole, Some(max)) => Some(Form::Cut(max.min(letters.whole().len().saturating_sub(1)))),
@@ -562,39 +575,41 @@ impl Runner {
                     continue;
                 }
                 DeliveryError::Unavailable(e) => {
+                    let delay = self.policy.next(&mut delays);
                     self.metrics.dead_letter_failed(kind);
                     tracing::error!(destination = kind, target = %destination.target(),
                         shard = %record.shard_id, sequence = %record.sequence_number, error = %e, ?delay,
                         "cannot send the dead letter to its destination; retrying, the record waits");
+                    delay
                 }
-            }
+            };
             if !pause(delay, stop).await {
                 return Sent::Stopped;
             }
-            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
         }
     }
 
     /// Publishes until the stream takes it (never dropping a record or an output) or refuses it as
     /// invalid (publishing it again could never succeed).
     async fn publish(&self, stream: &str, partition_key: &str, data: Bytes, stop: &CancellationToken) -> Published {
-        let mut delay = self.policy.backoff.min(Duration::from_secs(1));
+        let mut delays = self.policy.delays(self.policy.backoff.min(Duration::from_secs(1)));
         loop {
             let result = match &self.publisher {
                 Some(publisher) => publisher.publish(stream, partition_key, data.clone()).await,
                 None => NoPublisher.publish(stream, partition_key, data.clone()).await,
             };
-            match result {
+            let delay = match result {
                 Ok(()) => return Published::Taken,
                 Err(DeliveryError::Invalid(e)) => return Published::Refused(e),
                 Err(DeliveryError::Unavailable(e)) => {
+                    let delay = self.policy.next(&mut delays);
                     tracing::warn!(stream, error = %e, ?delay, "cannot publish to the stream; retrying");
+                    delay
                 }
-            }
+            };
             if !pause(delay, stop).await {
                 return Published::Stopped;
             }
-            delay = delay.saturating_mul(2).min(self.policy.max_backoff);
         }
     }
 }

@@ -14,6 +14,7 @@ use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use bytes::Bytes;
 
 use crate::aws::Fault;
+use crate::backoff::{Backoff, Jitter};
 use crate::dispatch::Publisher;
 use crate::kpl::HashKeyRange;
 use crate::processor::Record;
@@ -121,11 +122,9 @@ const LIST_SHARDS_THROTTLE_RETRIES: u32 = 8;
 /// The wait before asking a throttled ListShards page again for the `attempt`-th time: 200 ms
 /// doubling to 5 s, with up to half of it added at random so a group does not retry in step.
 fn list_shards_backoff(attempt: u32) -> std::time::Duration {
-    let base = std::time::Duration::from_millis(200)
-        .saturating_mul(1 << attempt.min(5))
-        .min(std::time::Duration::from_secs(5));
-    let jitter = base.mul_f64(rand::random::<f64>() / 2.0);
-    base + jitter
+    const BACKOFF: Backoff = Backoff::new(std::time::Duration::from_millis(200), std::time::Duration::from_secs(5))
+        .with_jitter(Jitter::Added(0.5));
+    BACKOFF.delay(attempt.saturating_add(1), rand::random())
 }
 
 /// One shard as listed.

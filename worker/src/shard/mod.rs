@@ -11,7 +11,6 @@ mod unpack;
 use std::sync::Arc;
 use std::time::Duration;
 
-use backon::BackoffBuilder;
 use leasehold_crds::{ReaderMode, ResolvedSpec};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -144,14 +143,9 @@ fn read_backoff() -> impl Iterator<Item = Duration> {
     backoff(Duration::from_millis(100), Duration::from_secs(5))
 }
 
-/// Delays from `min` doubling to `max`, with jitter, without end.
+/// Delays from `min` doubling to `max`, with up to as much again added at random, without end.
 fn backoff(min: Duration, max: Duration) -> impl Iterator<Item = Duration> {
-    backon::ExponentialBuilder::default()
-        .with_min_delay(min)
-        .with_max_delay(max)
-        .with_jitter()
-        .without_max_times()
-        .build()
+    crate::backoff::Backoff::new(min, max).with_jitter(crate::backoff::Jitter::Added(1.0)).delays()
 }
 
 /// What happens after a failed call was handled.

@@ -501,9 +501,12 @@ pub async fn metric_or_zero(worker: &WorkerProcess, name: &str) -> f64 {
 
 /// The value of the series `name` on `worker`'s `/metrics`, or the whole answer when it is not there.
 async fn try_metric(worker: &WorkerProcess, name: &str) -> Result<f64, String> {
-    leasehold_testkit::process::wait_for("the metrics address logged", std::time::Duration::from_secs(20), || {
-        worker.metrics_addr().is_some()
-    });
+    leasehold_testkit::process::wait_for(
+        "the metrics address logged",
+        std::time::Duration::from_secs(20),
+        async || worker.metrics_addr().is_some(),
+    )
+    .await;
     let address = worker.metrics_addr().expect("address");
     let (_, body) = leasehold_testkit::server::http_get(&address, "/metrics").await;
     body.lines().find_map(|line| line.strip_prefix(name).and_then(|rest| rest.trim().parse().ok())).ok_or(body)

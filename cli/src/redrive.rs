@@ -700,8 +700,12 @@ async fn post_event(target: &Target, outcome: &Outcome) {
         let client = crate::target::kube_client().await?;
         let consumer = crate::target::get_consumer(&client, ns, name).await?;
         let reporter = Reporter { controller: "leasehold-cli".into(), instance: None };
-        let from: Vec<String> =
-            outcome.destinations.iter().filter(|(_, c)| c.marked > 0).map(|(n, c)| format!("{n} {}", c.marked)).collect();
+        let from: Vec<String> = outcome
+            .destinations
+            .iter()
+            .filter(|(_, c)| c.marked > 0)
+            .map(|(n, c)| format!("{n} {}", c.marked))
+            .collect();
         let event = Event {
             type_: EventType::Normal,
             reason: "Redriven".into(),
@@ -789,7 +793,8 @@ async fn tag_redriven(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Resul
             .build()
             .map_err(|e| failed(e.to_string()))?,
     );
-    let tagging = aws_sdk_s3::types::Tagging::builder().set_tag_set(Some(set)).build().map_err(|e| failed(e.to_string()))?;
+    let tagging =
+        aws_sdk_s3::types::Tagging::builder().set_tag_set(Some(set)).build().map_err(|e| failed(e.to_string()))?;
     s3.put_object_tagging()
         .bucket(bucket)
         .key(key)
@@ -997,7 +1002,8 @@ async fn release(
         if deleted.contains(receipt) {
             continue;
         }
-        let changed = sqs.change_message_visibility().queue_url(queue).receipt_handle(receipt).visibility_timeout(0).send().await;
+        let changed =
+            sqs.change_message_visibility().queue_url(queue).receipt_handle(receipt).visibility_timeout(0).send().await;
         if let Err(e) = changed {
             // A deleted message's receipt no longer works: only other failures matter.
             let text = aws_sdk_sqs::error::DisplayErrorContext(&e).to_string();
@@ -1034,7 +1040,18 @@ fn print_outcome(outcome: &Outcome, format: Format) -> Result<()> {
     print!(
         "{}",
         columns(
-            &["DESTINATION", "READ", "CHOSEN", "DUPLICATE", "DONE-BEFORE", "REFUSED", "CUT", "MALFORMED", "LEFT-OUT", "MARKED"],
+            &[
+                "DESTINATION",
+                "READ",
+                "CHOSEN",
+                "DUPLICATE",
+                "DONE-BEFORE",
+                "REFUSED",
+                "CUT",
+                "MALFORMED",
+                "LEFT-OUT",
+                "MARKED"
+            ],
             &rows
         )
     );
@@ -1077,7 +1094,12 @@ mod tests {
     use super::*;
 
     fn place(sequence: &str) -> Place {
-        Place { stream: "s".into(), shard_id: "shardId-0".into(), sequence_number: sequence.into(), sub_sequence_number: None }
+        Place {
+            stream: "s".into(),
+            shard_id: "shardId-0".into(),
+            sequence_number: sequence.into(),
+            sub_sequence_number: None,
+        }
     }
 
     #[test]

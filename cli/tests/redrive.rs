@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Run, run, run_test, wait_until};
+use common::{Run, run, wait_until};
 use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::{Metrics, WorkerConfig, runtime};
@@ -30,6 +30,19 @@ const PER_KEY: u64 = 6;
 /// Records numbered 1, 3 and 4 of each key fail while the processor is broken.
 const FAILING: [u64; 3] = [1, 3, 4];
 const CRASH_AFTER: usize = 5;
+
+/// Runs `test` on a runtime of its own, with the emulators' credentials in the environment for the
+/// in-process worker (the CLI's runs get them from `common::leasehold`).
+fn run_test(test: impl std::future::Future<Output = ()>) {
+    static ENV: std::sync::Once = std::sync::Once::new();
+    // SAFETY: every test calls this before anything reads the environment, and the Once makes the
+    // other tests wait until the variables are set, so no read runs alongside the write.
+    ENV.call_once(|| unsafe {
+        std::env::set_var("AWS_ACCESS_KEY_ID", "leasehold-test");
+        std::env::set_var("AWS_SECRET_ACCESS_KEY", "leasehold-test");
+    });
+    common::run_test(test);
+}
 
 /// Fails records ending in `:fail` while broken; keeps the data of every record it processed.
 #[derive(Default)]
@@ -183,10 +196,8 @@ fn planted_letter(stream: &str, table: Option<&str>, n: u64) -> String {
 
 /// The redrive command for this scenario.
 fn redrive(table: &str, destination: &Destination, extra: &[&str]) -> Vec<String> {
-    let mut args: Vec<String> = ["redrive", "--table", table, "--from", destination.name, "-o", "json"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut args: Vec<String> =
+        ["redrive", "--table", table, "--from", destination.name, "-o", "json"].iter().map(|s| s.to_string()).collect();
     args.extend(destination.flags.iter().cloned());
     args.extend(extra.iter().map(|s| s.to_string()));
     args
@@ -335,7 +346,13 @@ fn dead_letters_return_from_the_queue_once_in_key_order() {
         let (queue, client) = (url.clone(), sqs.clone());
         scenario("redrive-sqs", destination, |stream| async move {
             for (n, table) in [(1, Some("another-consumers-table")), (2, None)] {
-                client.send_message().queue_url(&queue).message_body(planted_letter(&stream, table, n)).send().await.unwrap();
+                client
+                    .send_message()
+                    .queue_url(&queue)
+                    .message_body(planted_letter(&stream, table, n))
+                    .send()
+                    .await
+                    .unwrap();
             }
         })
         .await;
@@ -346,7 +363,8 @@ fn dead_letters_return_from_the_queue_once_in_key_order() {
             .send()
             .await
             .unwrap();
-        let left = left.attributes.unwrap()[&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages].clone();
+        let left =
+            left.attributes.unwrap()[&aws_sdk_sqs::types::QueueAttributeName::ApproximateNumberOfMessages].clone();
         assert_eq!(left, "2", "only the refused letters are left in the queue");
     });
 }
@@ -360,7 +378,14 @@ fn dead_letters_return_from_the_bucket_once_in_key_order() {
         s3.create_bucket().bucket(&bucket).send().await.expect("bucket");
         let destination = Destination {
             spec: format!("deadLetterBucket: {{name: {bucket}, prefix: dl/}}"),
-            flags: vec!["--bucket".into(), bucket.clone(), "--prefix".into(), "dl/".into(), "--s3-endpoint".into(), moto],
+            flags: vec![
+                "--bucket".into(),
+                bucket.clone(),
+                "--prefix".into(),
+                "dl/".into(),
+                "--s3-endpoint".into(),
+                moto,
+            ],
             name: "s3",
             crash_flags: Vec::new(),
             before_rerun: Duration::ZERO,

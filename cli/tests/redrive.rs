@@ -407,3 +407,78 @@ fn dead_letters_return_from_the_bucket_once_in_key_order() {
         assert_eq!(tagged, KEYS * FAILING.len(), "every letter of ours tagged, the refused ones not");
     });
 }
+
+/// A queue taking 1 KiB gets cut letters pointing at the bucket's whole ones: redrive reads both, puts
+/// each record once with its whole payload (from the bucket) and marks both copies; a cut letter
+/// without a whole copy is counted and left in the queue.
+#[test]
+fn a_cut_letter_is_redriven_once_from_its_whole_copy() {
+    run_test(async {
+        let moto = moto();
+        let (sqs, s3) = moto_clients(&moto).await;
+        let name = leasehold_testkit::unique_name("redrive-cut");
+        let url = sqs
+            .create_queue()
+            .queue_name(&name)
+            .attributes(aws_sdk_sqs::types::QueueAttributeName::MaximumMessageSize, "1024")
+            .send()
+            .await
+            .expect("queue")
+            .queue_url
+            .expect("url");
+        let bucket = name.to_lowercase().replace('_', "-");
+        s3.create_bucket().bucket(&bucket).send().await.expect("bucket");
+        let kinesis = leasehold_testkit::kinesis_client().await;
+        let dynamodb = leasehold_testkit::dynamodb_client().await;
+        let stream = leasehold_testkit::create_stream(&kinesis, "redrive-cut", 1).await;
+        let table = leasehold_testkit::create_lease_table(&dynamodb, "redrive-cut").await;
+        let big = |k: usize| format!("key-{k}:{}:fail", "x".repeat(3000 + k));
+        let written: Vec<(String, Vec<u8>)> = (0..3).map(|k| (format!("key-{k}"), big(k).into_bytes())).collect();
+        let worker = Worker::start(&worker_config(
+            &stream,
+            &table,
+            &format!("deadLetterQueue: '{url}', deadLetterBucket: {{name: {bucket}}}"),
+        ));
+        put_records(&kinesis, &stream, &written).await;
+        let metrics = worker.metrics.clone();
+        wait_until("every record dead-lettered", Duration::from_secs(60), || {
+            let metrics = metrics.clone();
+            async move { counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#) >= 3 }
+        })
+        .await;
+        worker.processor.broken.store(false, Ordering::SeqCst);
+        let orphan = serde_json::json!({
+            "stream": stream, "shardId": "shardId-000000000000", "sequenceNumber": "1", "partitionKey": "k",
+            "data": "", "truncated": true, "dataBytes": 9000, "dataSha256": "00", "leaseTable": table,
+            "attempts": 2, "requeues": 0, "error": "e", "owner": "x",
+        });
+        sqs.send_message().queue_url(&url).message_body(orphan.to_string()).send().await.unwrap();
+        let flags = ["--queue", &url, "--bucket", &bucket, "--sqs-endpoint", &moto, "--s3-endpoint", &moto];
+        let mut args = vec!["redrive", "--table", &table, "--execute", "-o", "json"];
+        args.extend(flags);
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let out = cli(args.clone()).await.expect_code(0).json();
+        assert_eq!(out["records"], 3, "{out:#}");
+        assert_eq!(out["put"], 3);
+        assert_eq!(out["destinations"]["sqs"]["duplicates"], 3, "the queue's cut letters are the bucket's records");
+        assert_eq!(out["destinations"]["sqs"]["cutWithoutRecord"], 1);
+        assert_eq!(out["destinations"]["sqs"]["marked"], 3);
+        assert_eq!(out["destinations"]["s3"]["marked"], 3);
+        let processor = worker.processor.clone();
+        wait_until("the redriven records processed", Duration::from_secs(60), || {
+            let processor = processor.clone();
+            async move { processor.redriven().len() >= 3 }
+        })
+        .await;
+        let again = cli(args).await.expect_code(0).json();
+        assert_eq!(again["records"], 0, "{again:#}");
+        assert_eq!(again["destinations"]["s3"]["alreadyRedriven"], 3);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let mut redriven = worker.processor.redriven();
+        worker.stop().await;
+        redriven.sort();
+        let mut expected: Vec<String> = (0..3).map(big).collect();
+        expected.sort();
+        assert_eq!(redriven, expected, "each record once, its whole payload");
+    });
+}

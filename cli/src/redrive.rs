@@ -1104,7 +1104,7 @@ mod tests {
 
     #[test]
     fn places_sort_by_sequence_number_as_a_number() {
-        let mut places = vec![place("100"), place("99"), place("1000")];
+        let mut places = [place("100"), place("99"), place("1000")];
         places.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
         let sequences: Vec<&str> = places.iter().map(|p| p.sequence_number.as_str()).collect();
         assert_eq!(sequences, ["99", "100", "1000"]);

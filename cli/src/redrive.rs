@@ -938,6 +938,8 @@ async fn read_stream(run: &mut Run<'_>, stream: &str, marks: &mut BTreeMap<Strin
                 break;
             }
             iterator = out.next_shard_iterator;
+            // Kinesis takes 5 GetRecords a second per shard.
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         marks.insert(shard, mark);
     }

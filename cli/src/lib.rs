@@ -10,6 +10,7 @@ pub mod kcl;
 pub mod output;
 pub mod pause;
 pub mod positions;
+pub mod redrive;
 pub mod reset;
 pub mod rows;
 pub mod shards;
@@ -67,6 +68,10 @@ pub enum Command {
     /// KCL application switches to Leasehold with no gap and no reprocessing.
     #[command(name = "import-kcl", after_help = EXIT_CODES_HELP)]
     ImportKcl(Box<kcl::ImportArgs>),
+    /// Put dead letters back: read the consumer's dead-letter stream, queue and bucket and put each
+    /// original record on its stream again (dry run by default; `--execute` puts and marks them).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Redrive(Box<redrive::RedriveArgs>),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -114,6 +119,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Resume(args) => pause::run(&args, false, cli.output).await,
         Command::Drain(args) => drain::run(&args, cli.output).await,
         Command::ImportKcl(args) => kcl::run(&args, cli.output).await,
+        Command::Redrive(args) => redrive::run(&args, cli.output).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());

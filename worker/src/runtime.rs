@@ -242,6 +242,9 @@ fn runner(
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner)
         .with_stuck_after(resolved.durations.graceful_timeout);
+    if let Some(table) = &spec.lease_table {
+        runner = runner.with_lease_table(table.name.clone());
+    }
     if let Some(retry) = &spec.retry {
         if let Some(queue) = &retry.dead_letter_queue {
             runner = runner.with_destination(Arc::new(SqsDestination::new(sqs_client(sdk, &spec.aws), queue.clone())));

@@ -9,6 +9,10 @@
 //! [`CUT_KEY_BYTES`] cut too (`partitionKeyTruncated: true`). The record's place (stream, shard,
 //! sequence and sub-sequence number) is always whole: with it the record can be read again while the
 //! stream keeps it.
+//!
+//! Every letter names the consumer that wrote it by its lease table (`leaseTable`, when the consumer
+//! has one): `leasehold redrive` returns only the letters of the consumer it is given, and refuses
+//! letters without it unless told to take them (`--accept-unnamed`).
 
 use crate::destination::sha256_hex;
 use bytes::Bytes;
@@ -35,6 +39,8 @@ struct Document<'a> {
     requeues: u32,
     error: &'a str,
     owner: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lease_table: Option<&'a str>,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     cut: Option<Cut<'a>>,
 }
@@ -58,6 +64,7 @@ pub struct Letters<'a> {
     history: History,
     error: &'a str,
     owner: &'a str,
+    lease_table: Option<&'a str>,
     whole: Bytes,
     sha256: String,
 }
@@ -84,10 +91,29 @@ impl<'a> Letters<'a> {
             requeues: history.requeues,
             error,
             owner,
+            lease_table: None,
             cut: None,
         };
         let whole = encode(&document);
-        Self { record, history, error, owner, whole, sha256: sha256_hex(&record.data) }
+        Self { record, history, error, owner, lease_table: None, whole, sha256: sha256_hex(&record.data) }
+    }
+
+    /// The same letters naming the consumer's lease table `table` (none: a consumer without one).
+    pub fn of_consumer(mut self, table: Option<&'a str>) -> Self {
+        if table.is_some() {
+            self.lease_table = table;
+            self.whole = encode(&Document {
+                record: RecordJson::from(self.record),
+                arrival_ms: self.record.arrival_ms,
+                attempts: self.history.attempts,
+                requeues: self.history.requeues,
+                error: self.error,
+                owner: self.owner,
+                lease_table: table,
+                cut: None,
+            });
+        }
+        self
     }
 
     /// The whole letter.
@@ -113,6 +139,7 @@ impl<'a> Letters<'a> {
                 requeues: self.history.requeues,
                 error: cut_str(self.error, CUT_ERROR_BYTES),
                 owner: self.owner,
+                lease_table: self.lease_table,
                 cut: Some(Cut {
                     truncated: true,
                     data_bytes: self.record.data.len(),
@@ -196,6 +223,12 @@ mod tests {
         }
         let whole: serde_json::Value = serde_json::from_slice(letters.whole()).unwrap();
         assert!(whole.get("truncated").is_none());
+        assert!(whole.get("leaseTable").is_none(), "no table named: none written");
+        let named = Letters::new(&record, History::default(), "e", "w").of_consumer(Some("orders-leases"));
+        for letter in [named.whole().clone(), named.cut(1_000, None)] {
+            let letter: serde_json::Value = serde_json::from_slice(&letter).unwrap();
+            assert_eq!(letter["leaseTable"], "orders-leases");
+        }
         assert_eq!(whole["error"].as_str().unwrap().len(), long_error.len());
     }
 

@@ -111,6 +111,7 @@ pub struct Runner {
     output: Option<(String, Option<String>)>,
     metrics: Arc<Metrics>,
     owner: String,
+    lease_table: Option<String>,
     stuck_after: Duration,
     filter: Option<RecordFilter>,
     destinations: Vec<Arc<dyn Destination>>,
@@ -168,6 +169,7 @@ impl Runner {
             output: None,
             metrics,
             owner: String::new(),
+            lease_table: None,
             stuck_after,
             filter: None,
             destinations: Vec::new(),
@@ -204,6 +206,13 @@ impl Runner {
     /// Names the worker in dead letters.
     pub fn with_owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
+        self
+    }
+
+    /// Names the consumer's lease table in dead letters (`leaseTable`): `leasehold redrive` returns
+    /// only letters naming the table it is given.
+    pub fn with_lease_table(mut self, table: impl Into<String>) -> Self {
+        self.lease_table = Some(table.into());
         self
     }
 
@@ -468,7 +477,8 @@ impl Runner {
         error: &ProcessError,
         stop: &CancellationToken,
     ) -> Outcome {
-        let letters = Letters::new(record, history, &error.message, &self.owner);
+        let letters =
+            Letters::new(record, history, &error.message, &self.owner).of_consumer(self.lease_table.as_deref());
         let stream = self.policy.dead_letter_stream.as_ref().map(|stream| {
             let publisher = self.publisher.clone().unwrap_or_else(|| Arc::new(NoPublisher));
             StreamDestination::new(publisher, stream.clone())

@@ -67,8 +67,14 @@ const EXIT_REFUSED: u8 = 2;
 /// The worker's exit codes, as docs/reference/worker.md lists them.
 const EXIT_CODES: &[(u8, &str)] = &[
     (0, "clean shutdown (SIGTERM or SIGINT: leases handed off or released, checkpoints written)"),
-    (1, "the worker cannot run: the async runtime cannot start, the metrics or handoff address cannot be bound, or the run failed (the lease table cannot be made; the log says why)"),
-    (EXIT_REFUSED, "the flags or the configuration are refused (the message names the flag or the field), or the handoff secret file cannot be read or is too short"),
+    (
+        1,
+        "the worker cannot run: the async runtime cannot start, the metrics or handoff address cannot be bound, or the run failed (the lease table cannot be made; the log says why)",
+    ),
+    (
+        EXIT_REFUSED,
+        "the flags or the configuration are refused (the message names the flag or the field), or the handoff secret file cannot be read or is too short",
+    ),
 ];
 
 /// The `leasehold-worker` binary: the processor is one of the built-in ones the spec names.
@@ -233,8 +239,8 @@ fn advertised(bound: SocketAddr, pod_ip: Option<String>) -> Option<String> {
 #[cfg(test)]
 /// The worker's reference page: its flags and exit codes.
 fn reference_page() -> String {
-    use clap::CommandFactory;
     use crate::reference::{command_markdown, exit_codes_markdown, generated_note};
+    use clap::CommandFactory;
     format!(
         "# `leasehold-worker` reference\n\n{}\n\
          The worker's flags (`leasehold-worker --help`); a binary of your own made with \
@@ -263,7 +269,15 @@ mod tests {
     #[test]
     fn every_documented_flag_is_on_the_page() {
         let page = reference_page();
-        for flag in ["--config", "--owner-id", "--metrics-addr", "--handoff-addr", "--handoff-secret-file", "--advertise-addr", "--log-format"] {
+        for flag in [
+            "--config",
+            "--owner-id",
+            "--metrics-addr",
+            "--handoff-addr",
+            "--handoff-secret-file",
+            "--advertise-addr",
+            "--log-format",
+        ] {
             assert!(page.contains(&format!("`{flag} <")), "{flag} missing from:\n{page}");
         }
         assert!(page.contains("`LEASEHOLD_ADVERTISE_ADDR`"), "{page}");

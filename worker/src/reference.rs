@@ -58,8 +58,7 @@ fn write_command(out: &mut String, command: &clap::Command, parents: &[String], 
     }
     let mut usage = vec![full.clone()];
     let positionals: Vec<&clap::Arg> = command.get_positionals().filter(|a| !a.is_hide_set()).collect();
-    let options: Vec<&clap::Arg> =
-        command.get_arguments().filter(|a| !a.is_positional() && !a.is_hide_set()).collect();
+    let options: Vec<&clap::Arg> = command.get_arguments().filter(|a| !a.is_positional() && !a.is_hide_set()).collect();
     if !options.is_empty() {
         usage.push("[OPTIONS]".into());
     }
@@ -75,7 +74,7 @@ fn write_command(out: &mut String, command: &clap::Command, parents: &[String], 
     if !positionals.is_empty() || !options.is_empty() {
         let _ = writeln!(out, "| argument | environment | default | description |\n|---|---|---|---|");
         for arg in positionals.iter().chain(options.iter()) {
-            let _ = writeln!(out, "{}", arg_row(arg));
+            let _ = writeln!(out, "{}", arg_row(arg, parents.is_empty()));
         }
         out.push('\n');
     }
@@ -104,7 +103,9 @@ fn takes_value(arg: &clap::Arg) -> bool {
     arg.get_action().takes_values()
 }
 
-fn arg_row(arg: &clap::Arg) -> String {
+/// A table row for `arg`; `top`: of the top command (where `global` says something: the argument
+/// may also follow a subcommand).
+fn arg_row(arg: &clap::Arg, top: bool) -> String {
     let mut names = Vec::new();
     if arg.is_positional() {
         names.push(format!("`<{}>`", value_name(arg)));
@@ -121,8 +122,8 @@ fn arg_row(arg: &clap::Arg) -> String {
     if arg.is_required_set() {
         notes.push("required".to_string());
     }
-    if arg.is_global_set() {
-        notes.push("global (every subcommand takes it)".to_string());
+    if top && arg.is_global_set() {
+        notes.push("also after a subcommand".to_string());
     }
     if matches!(arg.get_action(), clap::ArgAction::Append) {
         notes.push("repeatable".to_string());
@@ -222,7 +223,8 @@ pub fn metrics_markdown(families: &[MetricFamily]) -> String {
     let mut out = String::from("| metric | type | labels | description |\n|---|---|---|---|\n");
     for family in families {
         let labels: Vec<String> = family.labels.iter().map(|l| format!("`{l}`")).collect();
-        let _ = writeln!(out, "| `{}` | {} | {} | {} |", family.name, family.kind, labels.join(", "), cell(&family.help));
+        let _ =
+            writeln!(out, "| `{}` | {} | {} | {} |", family.name, family.kind, labels.join(", "), cell(&family.help));
     }
     out
 }

@@ -73,16 +73,6 @@ pub enum CliError {
     Usage(String),
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_help_lists_every_exit_code_of_the_table() {
-        let lines: Vec<String> =
-            super::EXIT_CODES.iter().map(|(code, meaning)| format!("  {code}  {meaning}")).collect();
-        assert_eq!(super::EXIT_CODES_HELP, format!("Exit codes:\n{}", lines.join("\n")));
-    }
-}
-
 impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> ExitCode {
@@ -129,5 +119,15 @@ where
             format!("{}: {}", service.code().unwrap_or("error"), service.message().unwrap_or("no message"))
         }
         None => format!("{error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_help_lists_every_exit_code_of_the_table() {
+        let lines: Vec<String> =
+            super::EXIT_CODES.iter().map(|(code, meaning)| format!("  {code}  {meaning}")).collect();
+        assert_eq!(super::EXIT_CODES_HELP, format!("Exit codes:\n{}", lines.join("\n")));
     }
 }

@@ -69,7 +69,7 @@ const EXIT_CODES: &[(u8, &str)] = &[
     (0, "clean shutdown (SIGTERM or SIGINT: leases handed off or released, checkpoints written)"),
     (
         1,
-        "the worker cannot run: the async runtime cannot start, the metrics or handoff address cannot be bound, or the run failed (the lease table cannot be made; the log says why)",
+        "the worker cannot run: the async runtime cannot start, the metrics or handoff address cannot be bound, the owner id is over 256 bytes, or the run failed (the lease table cannot be created or reached; the log says why)",
     ),
     (
         EXIT_REFUSED,

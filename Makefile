@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: fuzz fuzz-smoke moto moto-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: fuzz fuzz-smoke moto moto-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds reference demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included, and the import from the real Java KCL).
@@ -161,11 +161,22 @@ kcl-java:
 test-kcl-import: emulators kcl-java
 	$(GROUND)/kcl-import.sh
 
-## Regenerate the CRD YAML from the Rust types (a test fails when the committed copy drifts).
+## Regenerate the CRD YAML from the Rust types and the spec/status reference (a test fails when the
+## committed copies drift).
 crds:
 	cargo run --locked -q -p leasehold-crds --bin crdgen > crds/streamconsumer.yaml
 	cp crds/streamconsumer.yaml charts/leasehold/crds/streamconsumer.yaml
-	cargo run --locked -q -p leasehold-crds --bin crdgen -- --reference > docs/reference.md
+	mkdir -p docs/reference
+	cargo run --locked -q -p leasehold-crds --bin crdgen -- --reference > docs/reference/spec.md
+
+## Regenerate every generated reference page of docs/reference/ (the CRD with them): spec and status,
+## the worker's, operator's and CLI's flags and exit codes, the worker's and operator's metrics. Each
+## page's `reference_page_*` test rewrites it when LEASEHOLD_WRITE_REFERENCE is set, and fails on drift
+## otherwise (docs/testing.md, "Generated references").
+reference: crds
+	LEASEHOLD_WRITE_REFERENCE=1 cargo test --locked -q -p leasehold-worker --lib -- reference_page
+	LEASEHOLD_WRITE_REFERENCE=1 cargo test --locked -q -p leasehold-operator --lib --bin leasehold-operator -- reference_page
+	LEASEHOLD_WRITE_REFERENCE=1 cargo test --locked -q -p leasehold-cli --lib -- reference_page
 
 ## Release binaries linked statically, with their sizes (what can be checked of the images here).
 check-binaries:

@@ -23,6 +23,19 @@ pub mod code {
     pub const TIMEOUT: u8 = 8;
 }
 
+/// Every exit code and its meaning: the end of `--help` ([`EXIT_CODES_HELP`], a test keeps the two
+/// the same) and docs/reference/cli.md.
+pub const EXIT_CODES: &[(u8, &str)] = &[
+    (0, "done (or a dry run printed)"),
+    (code::USAGE, "usage error"),
+    (code::NOT_FOUND, "no such consumer, table, stream or shard"),
+    (code::REFUSED, "refused: workers of the group are alive (pause first), or the KCL application holds leases"),
+    (code::CONFLICT, "a row changed between read and write: nothing after it was written (the message lists what was)"),
+    (code::MALFORMED, "malformed input: a lease row, a positions file, a KCL row or an argument value"),
+    (code::SERVICE, "AWS or Kubernetes failed (credentials, throttling, network)"),
+    (code::TIMEOUT, "timed out waiting (pause, resume, drain)"),
+];
+
 /// The exit codes as printed at the end of `--help`.
 pub const EXIT_CODES_HELP: &str = "Exit codes:
   0  done (or a dry run printed)
@@ -106,5 +119,15 @@ where
             format!("{}: {}", service.code().unwrap_or("error"), service.message().unwrap_or("no message"))
         }
         None => format!("{error}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_help_lists_every_exit_code_of_the_table() {
+        let lines: Vec<String> =
+            super::EXIT_CODES.iter().map(|(code, meaning)| format!("  {code}  {meaning}")).collect();
+        assert_eq!(super::EXIT_CODES_HELP, format!("Exit codes:\n{}", lines.join("\n")));
     }
 }

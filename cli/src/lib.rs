@@ -140,3 +140,43 @@ pub fn needs_resource(target: &target::Target, what: &str) -> Result<(String, St
         .clone()
         .ok_or_else(|| CliError::Usage(format!("{what} needs a StreamConsumer (namespace/name), not a bare --table")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CLI's reference page: every command (walked from clap's tree), its flags, the exit codes.
+    fn reference_page() -> String {
+        use leasehold_worker::reference::{command_markdown, exit_codes_markdown, generated_note};
+        format!(
+            "# `leasehold` CLI reference\n\n{}\n\
+             Every command of the `leasehold` CLI, also installed as the kubectl plugin `kubectl-leasehold` \
+             (`kubectl leasehold ...`, the same commands and flags). A consumer is named as \
+             `namespace/name` (its StreamConsumer) or, where a command allows it, by `--table`.\n\n{}\
+             ## Exit codes\n\nEvery command exits with one of these (its `--help` lists them too).\n\n{}",
+            generated_note("the CLI's clap definitions (`cli/src`)"),
+            command_markdown(&Cli::command(), 2),
+            exit_codes_markdown(error::EXIT_CODES)
+        )
+    }
+
+    #[test]
+    fn reference_page_of_the_cli_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/cli.md");
+        if let Err(e) = leasehold_worker::reference::check_or_write(&path, &reference_page()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn the_page_has_every_subcommand_and_every_exit_code() {
+        let page = reference_page();
+        for sub in Cli::command().get_subcommands() {
+            assert!(page.contains(&format!("## `leasehold {}`", sub.get_name())), "{} missing", sub.get_name());
+            assert!(sub.get_about().is_some(), "{} has no doc comment", sub.get_name());
+        }
+        for (code, _) in error::EXIT_CODES {
+            assert!(page.contains(&format!("| {code} |")), "exit code {code} missing");
+        }
+    }
+}

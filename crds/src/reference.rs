@@ -1,5 +1,5 @@
-//! The configuration reference (`docs/reference.md`), generated from the CRD's schema so it cannot
-//! drift from the types.
+//! The StreamConsumer reference (`docs/reference/spec.md`): its spec and status, generated from the
+//! CRD's schema so it cannot drift from the types.
 
 use serde_json::Value;
 
@@ -85,13 +85,16 @@ fn required_of(schema: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The reference page for `spec` as Markdown.
+/// The reference page of `spec` and `status` as Markdown.
 pub fn reference_markdown() -> Result<String, serde_json::Error> {
     use kube::CustomResourceExt;
     let crd = serde_json::to_value(crate::StreamConsumer::crd())?;
-    let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let root = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"];
+    let schema = &root["spec"];
     let mut rows = Vec::new();
     walk("spec", schema, &required_of(schema), &mut rows);
+    let mut status_rows = Vec::new();
+    walk("status", &root["status"], &required_of(&root["status"]), &mut status_rows);
     let spec_rules: Vec<String> = schema
         .get("x-kubernetes-validations")
         .and_then(Value::as_array)
@@ -99,12 +102,17 @@ pub fn reference_markdown() -> Result<String, serde_json::Error> {
             rules.iter().filter_map(|r| r.get("message").and_then(Value::as_str)).map(|m| format!("- {m}")).collect()
         })
         .unwrap_or_default();
+    let table = "| field | type | description | constraints |\n|---|---|---|---|";
     Ok(format!(
         "# StreamConsumer reference (`leasehold.io/v1alpha1`)\n\n\
-         Generated from the CRD schema by `make crds`; do not edit by hand.\n\n\
-         Rules across fields, checked by the API server:\n\n{}\n\n\
-         | field | type | description | constraints |\n|---|---|---|---|\n{}\n",
+         Generated from the CRD schema (`crds/src`) by `make reference` (or `make crds`); do not edit by hand \
+         (a test fails when it drifts). The same spec is the worker's `--config` file.\n\n\
+         ## Spec\n\n\
+         Rules across fields, checked by the API server:\n\n{}\n\n{table}\n{}\n\n\
+         ## Status\n\n\
+         Written by the operator; read it with `kubectl get streamconsumer NAME -o yaml`.\n\n{table}\n{}\n",
         spec_rules.join("\n"),
-        rows.join("\n")
+        rows.join("\n"),
+        status_rows.join("\n")
     ))
 }

@@ -67,6 +67,7 @@ pub struct StreamConsumerSpec {
     /// Where a shard with no checkpoint starts; children of split or merged shards always start at
     /// their oldest record. Default LATEST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = field_doc_wins)]
     pub start_position: Option<StartPosition>,
     /// With `startPosition: AT_TIMESTAMP`: the time to start at (RFC 3339, UTC).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -82,6 +83,7 @@ pub struct StreamConsumerSpec {
     pub processor: ProcessorSpec,
     /// Order guarantee inside a shard: `key` (default), `shard` or `none`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = field_doc_wins)]
     pub ordering: Option<Ordering>,
     /// Records processed at once per shard (with `ordering: key` or `none`), 1-10000. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -111,6 +113,17 @@ pub struct StreamConsumerSpec {
     /// Scale the workers to zero while true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+}
+
+/// Keeps the doc comment (and so the default it states) of a field whose type is an optional enum:
+/// kube's `OptionalEnum` transform hoists the enum's own schema over the field's, and the enum's
+/// description would replace the field's in the CRD and in docs/reference/spec.md.
+fn field_doc_wins(schema: &mut schemars::Schema) {
+    if let Some(any_of) = schema.get_mut("anyOf").and_then(serde_json::Value::as_array_mut) {
+        for alternative in any_of.iter_mut().filter_map(serde_json::Value::as_object_mut) {
+            alternative.remove("description");
+        }
+    }
 }
 
 fn preserve_unknown_object(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
@@ -207,9 +220,11 @@ pub struct LeaseTableSpec {
     pub name: String,
     /// Billing mode of a table the operator creates. Default PAY_PER_REQUEST.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = field_doc_wins)]
     pub billing_mode: Option<BillingMode>,
     /// What happens to the table when the resource is deleted. Default Retain.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = field_doc_wins)]
     pub deletion_policy: Option<DeletionPolicy>,
 }
 
@@ -375,6 +390,7 @@ pub struct ReaderSpec {
     /// `polling` (GetRecords, the default) or `fanOut` (enhanced fan-out: SubscribeToShard through a
     /// registered stream consumer with its own 2 MB/s per shard, records pushed as they arrive).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = field_doc_wins)]
     pub mode: Option<ReaderMode>,
     /// With `mode: fanOut`: the registered stream consumer's name (1-128 of a-z, A-Z, 0-9, `_`, `-`,
     /// `.`), registered if absent. Default: `<namespace>.<name>` of the StreamConsumer (the operator
@@ -509,6 +525,7 @@ pub struct RetrySpec {
     pub backoff: Option<String>,
     /// What happens after the last attempt. Default block.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = field_doc_wins)]
     pub on_exhausted: Option<OnExhausted>,
     /// With `onExhausted: deadLetter`: the stream failed records go to.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-/// Fields only the operator reads: the worker ignores them (docs/operations.md and reference.md cover them).
+/// Fields only the operator reads: the worker ignores them (docs/operations.md and docs/reference/spec.md cover them).
 const OPERATOR_ONLY: &[&str] =
     &["leaseTable.billingMode", "leaseTable.deletionPolicy", "paused", "template", "workers"];
 

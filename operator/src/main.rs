@@ -24,7 +24,7 @@ struct Args {
     /// Worker image used when a consumer's template names none.
     #[arg(long, env = "LEASEHOLD_WORKER_IMAGE", default_value = concat!("ghcr.io/leasehold/worker:", env!("CARGO_PKG_VERSION")))]
     worker_image: String,
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics, /healthz and /readyz (docs/reference/operator-metrics.md).
     #[arg(long, default_value = "0.0.0.0:8080")]
     metrics_addr: SocketAddr,
     /// Watch only this namespace (default: every namespace).
@@ -36,7 +36,8 @@ struct Args {
     /// Namespace of the leader election Lease (default: the pod's namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     leader_election_namespace: String,
-    /// How often stream shard counts are polled.
+    /// How often stream shard counts are polled (a duration: `30s`, `2m`): resharding reaches the
+    /// status and the autoscaling within one interval.
     #[arg(long, default_value = "30s", value_parser = humantime::parse_duration)]
     shard_poll_interval: Duration,
     /// Refuse pod templates that ask for hostNetwork, hostPID, hostIPC, hostPath volumes or privileged
@@ -56,6 +57,20 @@ struct Args {
 }
 
 const CRD_NAME: &str = "streamconsumers.leasehold.io";
+
+/// Exit code when the flags are refused (clap's own code for bad flags).
+const EXIT_REFUSED: u8 = 2;
+
+/// The operator's exit codes, as docs/reference/operator.md lists them.
+#[cfg(test)]
+const EXIT_CODES: &[(u8, &str)] = &[
+    (0, "stopped by SIGTERM or SIGINT (as leader or as a standby candidate)"),
+    (
+        1,
+        "cannot run: the Kubernetes API is unreachable, the StreamConsumer CRD is not installed or cannot be read, the metrics address cannot be bound; or leadership was lost (the pod restarts as a candidate)",
+    ),
+    (EXIT_REFUSED, "the flags are refused (the message names the flag)"),
+];
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -102,7 +117,7 @@ async fn main() -> ExitCode {
         Some(Ok(scrapers)) => Some(scrapers),
         Some(Err(e)) => {
             eprintln!("error: --metrics-from-*-labels: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let settings = Settings {
@@ -162,5 +177,47 @@ async fn main() -> ExitCode {
         // Leadership lost: exit so the pod restarts as a candidate.
         tracing::error!("operator stopped: leadership lost");
         ExitCode::FAILURE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The operator's reference page: its flags and exit codes.
+    fn reference_page() -> String {
+        use clap::CommandFactory;
+        use leasehold_worker::reference::{command_markdown, exit_codes_markdown, generated_note};
+        format!(
+            "# `leasehold-operator` reference\n\n{}\n\
+             The operator's flags (`leasehold-operator --help`; the Helm chart sets them from its values). \
+             Logging follows `RUST_LOG` (default `info,kube=warn,aws=warn`), as JSON lines on standard \
+             error. With `--leader-elect` the Lease holder's identity is `$POD_NAME`.\n\n{}\
+             ## Exit codes\n\n{}",
+            generated_note("`operator/src/main.rs`"),
+            command_markdown(&Args::command(), 2),
+            exit_codes_markdown(EXIT_CODES)
+        )
+    }
+
+    #[test]
+    fn reference_page_of_the_operator_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/operator.md");
+        if let Err(e) = leasehold_worker::reference::check_or_write(&path, &reference_page()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn every_flag_has_a_description_on_the_page() {
+        use clap::CommandFactory;
+        let command = Args::command();
+        let page = reference_page();
+        for arg in command.get_arguments() {
+            let long = arg.get_long().expect("every operator flag is a long flag");
+            assert!(arg.get_help().is_some(), "--{long} has no doc comment");
+            assert!(page.contains(&format!("`--{long}")), "--{long} missing from the page");
+        }
+        assert!(command.get_arguments().count() >= 10);
     }
 }

@@ -182,6 +182,55 @@ mod tests {
     use super::*;
 
     #[test]
+    fn reference_page_of_the_operator_metrics_is_current() {
+        use leasehold_worker::reference::{check_or_write, generated_note, metric_families, metrics_markdown};
+        let metrics = Metrics::default();
+        // One series of every labelled family, so the page can name their labels.
+        let consumer = ConsumerLabels { namespace: "ns".into(), name: "orders".into() };
+        metrics.failed("table");
+        metrics.consumer_lag.get_or_create(&consumer).set(1.0);
+        metrics.unheld_shards.get_or_create(&consumer).set(0);
+        metrics.shard_lag.get_or_create(&shard_labels(&consumer, "orders:shardId-0")).set(1.0);
+        let families = metric_families(&metrics.text());
+        let unseen: Vec<&str> = families.iter().filter(|f| f.samples == 0).map(|f| f.name.as_str()).collect();
+        assert!(unseen.is_empty(), "give these families a series in this test: {unseen:?}");
+        let page = format!(
+            "# Operator metrics\n\n{}\n\
+             Every metric the operator serves on `/metrics` (its `--metrics-addr`, port 8080 by default), as \
+             its registry encodes it; the `leasehold_consumer_*` series are read from each consumer's lease \
+             table. The workers' own are in [worker-metrics.md](worker-metrics.md).\n\n{}",
+            generated_note("the operator's registry (`operator/src/metrics.rs`)"),
+            metrics_markdown(&families)
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/operator-metrics.md");
+        if let Err(e) = check_or_write(&path, &page) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn every_metric_on_the_generated_pages_is_in_the_chart_changelog_naming_review() {
+        // The pages list every metric (their drift tests keep them so); the review must name each.
+        let read =
+            |path: &str| std::fs::read_to_string(format!("{}/../{path}", env!("CARGO_MANIFEST_DIR"))).expect(path);
+        let changelog = read("charts/leasehold/CHANGELOG.md");
+        let pages = read("docs/reference/worker-metrics.md") + &read("docs/reference/operator-metrics.md");
+        let names: Vec<&str> = pages
+            .lines()
+            .filter_map(|line| line.strip_prefix("| `leasehold_"))
+            .filter_map(|rest| rest.split('`').next())
+            .collect();
+        assert!(names.len() >= 40, "{names:?}");
+        let unreviewed: Vec<&&str> = names
+            .iter()
+            .filter(|n| {
+                !changelog.contains(&format!("`leasehold_{n}`")) && !changelog.contains(&format!("`leasehold_{n}{{"))
+            })
+            .collect();
+        assert!(unreviewed.is_empty(), "metrics missing from the chart CHANGELOG's naming review: {unreviewed:?}");
+    }
+
+    #[test]
     fn failures_are_counted_by_kind() {
         let metrics = Metrics::default();
         metrics.failed("table");

@@ -353,6 +353,20 @@ async fn every_dashboard_query_and_alert_expression_finds_series_on_a_real_prome
         }
     }
     assert!(unreviewed.is_empty(), "metrics missing from the chart CHANGELOG's naming review: {unreviewed:?}");
+    // And each is on a generated reference page (docs/reference/*-metrics.md, from the registries).
+    let pages = ["worker-metrics.md", "operator-metrics.md"]
+        .map(|page| {
+            std::fs::read_to_string(format!("{}/../docs/reference/{page}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+        })
+        .concat();
+    let mut off_the_pages = Vec::new();
+    for name in names.as_array().unwrap().iter().filter_map(Value::as_str).filter(|n| n.starts_with("leasehold_")) {
+        let base = ["_bucket", "_sum", "_count"].iter().fold(name, |n, suffix| n.strip_suffix(suffix).unwrap_or(n));
+        if !pages.contains(&format!("| `{base}` |")) {
+            off_the_pages.push(base.to_string());
+        }
+    }
+    assert!(off_the_pages.is_empty(), "scraped metrics missing from docs/reference/: {off_the_pages:?}");
     // The check can fail: a misspelled name finds nothing.
     assert!(prometheus.query("sum by (consumer) (leasehold_records_procesed_total)").await.is_empty());
 

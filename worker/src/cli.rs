@@ -54,9 +54,28 @@ struct Args {
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum LogFormat {
+    /// one JSON object a line
     Json,
+    /// human-readable lines
     Text,
 }
+
+/// Exit code when the flags or the configuration are refused (clap's own code for bad flags).
+const EXIT_REFUSED: u8 = 2;
+
+#[cfg(test)]
+/// The worker's exit codes, as docs/reference/worker.md lists them.
+const EXIT_CODES: &[(u8, &str)] = &[
+    (0, "clean shutdown (SIGTERM or SIGINT: leases handed off or released, checkpoints written)"),
+    (
+        1,
+        "the worker cannot run: the async runtime cannot start, the metrics or handoff address cannot be bound, the owner id is over 256 bytes, or the run failed (the lease table cannot be created or reached; the log says why)",
+    ),
+    (
+        EXIT_REFUSED,
+        "the flags or the configuration are refused (the message names the flag or the field), or the handoff secret file cannot be read or is too short",
+    ),
+];
 
 /// The `leasehold-worker` binary: the processor is one of the built-in ones the spec names.
 pub fn main() -> ExitCode {
@@ -125,7 +144,7 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
         Ok(config) => config,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let owner = runtime::owner_id(&config, args.owner_id);
@@ -133,14 +152,14 @@ async fn serve(args: Args, custom: Option<Arc<dyn ProcessorFactory>>) -> ExitCod
         Ok(processors) => processors,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     let secret = match args.handoff_secret_file.as_deref().map(HandoffSecret::from_file).transpose() {
         Ok(secret) => secret,
         Err(e) => {
             eprintln!("error: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_REFUSED);
         }
     };
     // Every connection and shard holds descriptors; the soft limit is often 1,024 of a far larger hard one.
@@ -218,8 +237,52 @@ fn advertised(bound: SocketAddr, pod_ip: Option<String>) -> Option<String> {
 }
 
 #[cfg(test)]
+/// The worker's reference page: its flags and exit codes.
+fn reference_page() -> String {
+    use crate::reference::{command_markdown, exit_codes_markdown, generated_note};
+    use clap::CommandFactory;
+    format!(
+        "# `leasehold-worker` reference\n\n{}\n\
+         The worker's flags (`leasehold-worker --help`); a binary of your own made with \
+         `leasehold_worker::main_with_processor` takes the same. Logging follows `RUST_LOG` \
+         (default `info,aws_config=warn,aws_smithy_runtime=warn`); the consumer's settings are the \
+         `--config` file, a StreamConsumer spec ([spec.md](spec.md)).\n\n{}\
+         ## Exit codes\n\n{}",
+        generated_note("`worker/src/cli.rs`"),
+        command_markdown(&Args::command(), 2),
+        exit_codes_markdown(EXIT_CODES)
+    )
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reference_page_of_the_worker_is_current() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/worker.md");
+        if let Err(e) = crate::reference::check_or_write(&path, &reference_page()) {
+            panic!("{e}");
+        }
+    }
+
+    #[test]
+    fn every_documented_flag_is_on_the_page() {
+        let page = reference_page();
+        for flag in [
+            "--config",
+            "--owner-id",
+            "--metrics-addr",
+            "--handoff-addr",
+            "--handoff-secret-file",
+            "--advertise-addr",
+            "--log-format",
+        ] {
+            assert!(page.contains(&format!("`{flag} <")), "{flag} missing from:\n{page}");
+        }
+        assert!(page.contains("`LEASEHOLD_ADVERTISE_ADDR`"), "{page}");
+        assert!(page.contains("| 2 |"), "{page}");
+    }
 
     #[test]
     fn the_advertised_address_is_the_bound_one_or_the_pods() {

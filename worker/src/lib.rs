@@ -46,6 +46,8 @@ mod kpl;
 pub mod lease;
 mod metrics;
 pub mod processor;
+#[cfg(feature = "cli")]
+pub mod reference;
 pub mod runtime;
 mod shard;
 pub mod signals;

@@ -417,6 +417,45 @@ impl Metrics {
 mod tests {
     use super::*;
 
+    /// One series of every labelled family, so the reference page can name their labels.
+    fn with_every_series() -> Metrics {
+        let metrics = Metrics::default();
+        metrics.exhausted("skip");
+        metrics.dead_letter_failed("sqs");
+        metrics.dead_letter_cut("s3", "too_large");
+        metrics.dead_letter_undeliverable("s3");
+        metrics.skipped_user_records("outside_shard", 1);
+        metrics.subscribe_failed("other");
+        metrics.subscription_replaced("ended");
+        metrics.handoff_noticed("sent");
+        metrics.handoff_refused("stale");
+        metrics.fanout_end_checked("open");
+        metrics.behind("orders:shardId-0", 1);
+        metrics.shard_lag("orders", "shardId-0");
+        metrics.page_limit("orders:shardId-0", 10);
+        metrics
+    }
+
+    #[test]
+    fn reference_page_of_the_worker_metrics_is_current() {
+        use crate::reference::{check_or_write, generated_note, metric_families, metrics_markdown};
+        let families = metric_families(&with_every_series().encode());
+        let unseen: Vec<&str> = families.iter().filter(|f| f.samples == 0).map(|f| f.name.as_str()).collect();
+        assert!(unseen.is_empty(), "give these families a series in with_every_series(): {unseen:?}");
+        assert!(families.len() >= 30, "{families:?}");
+        let page = format!(
+            "# Worker metrics\n\n{}\n\
+             Every metric a worker serves on `/metrics` (the `--metrics-addr` flag, port 9090 by default), \
+             as its registry encodes it. The operator's are in [operator-metrics.md](operator-metrics.md).\n\n{}",
+            generated_note("the worker's registry (`worker/src/metrics.rs`)"),
+            metrics_markdown(&families)
+        );
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference/worker-metrics.md");
+        if let Err(e) = check_or_write(&path, &page) {
+            panic!("{e}");
+        }
+    }
+
     #[test]
     fn encodes_prefixed_names_and_labels() {
         let metrics = Metrics::default();

@@ -133,10 +133,11 @@ fn every_relative_link_resolves() {
                 }
                 continue;
             };
-            if let Some(anchor) = anchor {
-                if resolved.extension().is_some_and(|e| e == "md") && !anchors(&resolved).contains(anchor) {
-                    broken.push(format!("{shown} (no heading for #{anchor})"));
-                }
+            if let Some(anchor) = anchor
+                && resolved.extension().is_some_and(|e| e == "md")
+                && !anchors(&resolved).contains(anchor)
+            {
+                broken.push(format!("{shown} (no heading for #{anchor})"));
             }
         }
     }

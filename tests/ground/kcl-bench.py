@@ -38,7 +38,7 @@ per message) and its default GetRecords limit, 1,000. `worker-batched` runs `ord
 concurrency: 500` (up to 500 waiting records of distinct keys per message) with the KCL's GetRecords
 limit, 10,000. KCL_BENCH_WORKER_CONCURRENCY and KCL_BENCH_WORKER_MAX_RECORDS override those.
 """
-import argparse, json, os, random, signal, subprocess, sys, tempfile, time, uuid
+import argparse, json, os, random, signal, subprocess, sys, tempfile, threading, time, uuid
 import boto3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -237,12 +237,30 @@ def run(consumer, records, shards, timeout):
             sys.stderr.write(f.read()[-6000:].decode(errors="replace"))
     return result
 
+def trickle(kinesis, name, rate):
+    """Writes `rate` records/s (random keys, so every shard gets some) to `name` until the returned
+    event is set: the KCL 3.x assigns leases by measured load, and on an idle stream (no throughput, no
+    CPU metric off EC2/ECS/EKS: every worker's WorkerMetricStats is NaN) it never moves one."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(1.0):
+            batch = [{"Data": b"t" * 100, "PartitionKey": uuid.uuid4().hex} for _ in range(rate)]
+            try:
+                kinesis.put_records(StreamName=name, Records=batch)
+            except Exception as e:  # a failed put only thins the trickle; the figures are lease timing
+                print(json.dumps({"trickle_error": str(e)}), file=sys.stderr, flush=True)
+    if rate:
+        threading.Thread(target=loop, daemon=True).start()
+    return stop
+
+
 def children(pid):
     """How many shard children (processes below the consumer) are alive: one per lease held."""
     return len(tree(pid)) - 1
 
 
-def failover(consumer, timeout, sig=signal.SIGKILL):
+def failover(consumer, timeout, sig=signal.SIGKILL, rate=0):
     """Two consumers of one stream with 2 shards, one lease each; kill -9 one; seconds until the survivor
     has started a child for the victim's shard. Both consumers with their default lease timing (the KCL's
     failoverTimeMillis 10 s, the worker's lease.duration 10 s)."""
@@ -252,6 +270,7 @@ def failover(consumer, timeout, sig=signal.SIGKILL):
     name = f"kcl{'fail' if sig == signal.SIGKILL else 'term'}-{consumer}-{uuid.uuid4().hex[:8]}"
     kinesis.create_stream(StreamName=name, ShardCount=2)
     kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    stop_trickle = trickle(kinesis, name, rate)
     child = os.path.join(HERE, "kcl-sample.sh")
     procs, proxies, logs = [], [], []
     for i in range(2):
@@ -267,7 +286,7 @@ def failover(consumer, timeout, sig=signal.SIGKILL):
         logs.append(log.name)
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     t0 = time.monotonic()
-    result = {"consumer": consumer, "ok": False, "signal": signal.Signals(sig).name, "logs": logs}
+    result = {"consumer": consumer, "ok": False, "signal": signal.Signals(sig).name, "trickle_per_s": rate, "logs": logs}
     try:
         # Balanced and steady: one child each for 2 s.
         steady = None
@@ -311,6 +330,7 @@ def failover(consumer, timeout, sig=signal.SIGKILL):
         result["ok"] = True
         return result
     finally:
+        stop_trickle.set()
         for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -323,7 +343,7 @@ def failover(consumer, timeout, sig=signal.SIGKILL):
         print(json.dumps(result), flush=True)
 
 
-def join(consumer, timeout):
+def join(consumer, timeout, rate=0):
     """One consumer holding all 4 shards of a stream; a second joins: seconds from its start until each
     holds 2 leases (children), and whether that held for 10 s. Default lease timing on both sides."""
     kin_ep, ddb_ep = endpoints()
@@ -332,6 +352,7 @@ def join(consumer, timeout):
     name = f"kcljoin-{consumer}-{uuid.uuid4().hex[:8]}"
     kinesis.create_stream(StreamName=name, ShardCount=4)
     kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    stop_trickle = trickle(kinesis, name, rate)
     child = os.path.join(HERE, "kcl-sample.sh")
     procs, proxies, logs = [], [], []
 
@@ -348,7 +369,7 @@ def join(consumer, timeout):
         logs.append(log.name)
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
-    result = {"consumer": consumer, "ok": False, "logs": logs}
+    result = {"consumer": consumer, "ok": False, "trickle_per_s": rate, "logs": logs}
     t0 = time.monotonic()
     try:
         start(0)
@@ -383,6 +404,7 @@ def join(consumer, timeout):
         result["ok"] = True
         return result
     finally:
+        stop_trickle.set()
         for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -415,11 +437,13 @@ def main():
                     help="instead of throughput: SIGTERM one of two consumers TRIALS times per consumer")
     ap.add_argument("--join", type=int, metavar="TRIALS", default=0,
                     help="instead of throughput: a second consumer joins one holding 4 shards, TRIALS times")
+    ap.add_argument("--trickle", type=int, metavar="RECORDS_PER_S", default=0,
+                    help="with --failover/--handoff/--join: write this many records/s to the stream meanwhile")
     a = ap.parse_args()
     consumers = a.consumer
-    for mode, trials, figure, trial in (("failover", a.failover, "failover_s", lambda c: failover(c, a.timeout)),
-                                        ("handoff", a.handoff, "failover_s", lambda c: failover(c, a.timeout, signal.SIGTERM)),
-                                        ("join", a.join, "rebalance_s", lambda c: join(c, a.timeout))):
+    for mode, trials, figure, trial in (("failover", a.failover, "failover_s", lambda c: failover(c, a.timeout, rate=a.trickle)),
+                                        ("handoff", a.handoff, "failover_s", lambda c: failover(c, a.timeout, signal.SIGTERM, a.trickle)),
+                                        ("join", a.join, "rebalance_s", lambda c: join(c, a.timeout, a.trickle))):
         if not trials:
             continue
         times = {c: [] for c in consumers if c != "worker-batched"}
@@ -430,7 +454,7 @@ def main():
                     sys.exit(1)
                 times[c].append(r[figure])
         for c, t in times.items():
-            print(json.dumps({"consumer": c, "mode": mode, figure: sorted(t), "max_s": max(t), "median_s": sorted(t)[len(t) // 2]}))
+            print(json.dumps({"consumer": c, "mode": mode, "trickle_per_s": a.trickle, figure: sorted(t), "max_s": max(t), "median_s": sorted(t)[len(t) // 2]}))
         return
     failed = False
     for _ in range(a.rounds):

@@ -13,7 +13,7 @@ export KCLPY
 "$HERE/kcl-java.sh" install >/dev/null
 # The KCL 3.x (KCL_VERSION=3.1.3, `make test` runs it as cli/tests/import_kcl3_java.rs) keeps its tables in
 # the separate moto of tests/ground/moto-kcl.sh: dynalite refuses its lease table's GSI (docs/testing.md).
-if [ "${KCL_VERSION:-2.5.4}" != "${KCL_VERSION#3.}" ] && [ -z "${LEASEHOLD_KCL_DYNAMODB_ENDPOINT:-}" ]; then
+if [[ "${KCL_VERSION:-2.5.4}" == 3.* ]] && [ -z "${LEASEHOLD_KCL_DYNAMODB_ENDPOINT:-}" ]; then
   MOTO_KCL_ENV="$("$HERE/moto-kcl.sh" status)" \
     || die "the KCL 3.x's DynamoDB (moto) is not running: start it with tests/ground/moto-kcl.sh start (make test does)"
   LEASEHOLD_KCL_DYNAMODB_ENDPOINT="$(sed -n 's/^LEASEHOLD_KCL_DYNAMODB_ENDPOINT=//p' <<<"$MOTO_KCL_ENV")"

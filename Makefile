@@ -5,11 +5,11 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: fuzz fuzz-smoke moto moto-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds reference demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: fuzz fuzz-smoke moto moto-stop moto-kcl moto-kcl-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds reference demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included, and the import from the real Java KCL).
-test: emulators moto control-plane faketime prometheus kcl-java lint fuzz-smoke test-images node
+test: emulators moto moto-kcl control-plane faketime prometheus kcl-java lint fuzz-smoke test-images node
 	$(GROUND)/images.sh check
 	cargo test --locked --workspace --no-fail-fast --features leasehold-operator/real-node
 
@@ -40,6 +40,14 @@ moto:
 
 moto-stop:
 	$(GROUND)/moto.sh stop
+
+## A second, separate moto on its own loopback port, only for the Java KCL 3.x's tables (its lease table
+## has a GSI dynalite refuses): the KCL 3.x import test and `make bench-kcl`'s java3 column.
+moto-kcl:
+	$(GROUND)/moto-kcl.sh start
+
+moto-kcl-stop:
+	$(GROUND)/moto-kcl.sh stop
 
 ## Prometheus and promtool (Debian's package, unpacked into the cache) and the Prometheus Operator's CRDs
 ## (its Go module): the chart's alert unit tests, the live scrape check and the CRD validation.
@@ -122,10 +130,16 @@ test-node: emulators control-plane test-images node
 	cargo test --locked -p leasehold-operator --features real-node --test node_e2e --test node_chart --test node_scaling
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
-## CPU and memory on the same backlog, then failover after kill -9 (3 trials each).
-bench-kcl: emulators
+## CPU and memory on the same backlog, then failover after kill -9 (3 trials each); then the KCL 3.x
+## (java3, its tables on moto-kcl) beside them, and SIGTERM handoff and a worker joining, under a trickle of
+## 20 records/s (the KCL 3.x never moves a lease of an idle stream).
+bench-kcl: emulators moto-kcl
 	$(GROUND)/kcl-bench.sh all --records 100000
 	$(GROUND)/kcl-bench.sh both --failover 3 --timeout 400
+	$(GROUND)/kcl-bench.sh java3,worker,worker-batched --records 100000
+	$(GROUND)/kcl-bench.sh java3 --failover 3 --timeout 400 --trickle 20
+	$(GROUND)/kcl-bench.sh java,java3,worker --handoff 3 --timeout 400 --trickle 20
+	$(GROUND)/kcl-bench.sh java,java3,worker --join 3 --timeout 400 --trickle 20
 
 ## The whole loop, narrated, on a real node: control plane, emulators, the node with the project's images,
 ## the operator; apply a consumer, records through real worker pods, delete a pod and kill a container and
@@ -151,15 +165,19 @@ cli:
 	cargo build --locked --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
 	@echo "built $(CARGO_TARGET_DIR)/release/leasehold and $(CARGO_TARGET_DIR)/release/kubectl-leasehold"
 
-## A JDK and Maven (Debian's packages, when missing) and the Java KCL's jars (Maven Central, into the cache).
+## A JDK and Maven (Debian's packages, when missing) and the Java KCL's jars (Maven Central, into the cache):
+## 2.5.4 and 3.1.3.
 kcl-java:
 	$(GROUND)/kcl-java.sh install >/dev/null
+	KCL_VERSION=3.1.3 $(GROUND)/kcl-java.sh install >/dev/null
 
 ## `leasehold import-kcl` against a lease table written by the real Java KCL 2.5.4 MultiLangDaemon: KCL
 ## killed mid-stream with a checkpoint inside a KPL aggregate, import, then a worker processes every record
-## after the KCL's checkpoints and none before them. Alone; `make test` runs it as cli/tests/import_kcl_java.rs.
-test-kcl-import: emulators kcl-java
+## after the KCL's checkpoints and none before them; then the same from the KCL 3.x (3.1.3, its tables on
+## moto-kcl). Alone; `make test` runs them as cli/tests/import_kcl_java.rs and cli/tests/import_kcl3_java.rs.
+test-kcl-import: emulators moto-kcl kcl-java
 	$(GROUND)/kcl-import.sh
+	KCL_VERSION=3.1.3 $(GROUND)/kcl-import.sh
 
 ## Regenerate the CRD YAML from the Rust types and the spec/status reference (a test fails when the
 ## committed copies drift).

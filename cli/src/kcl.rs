@@ -9,6 +9,12 @@
 //! leases). The KCL resumes a shard AT the checkpoint's sequence number and drops every user record
 //! whose (sequence, sub-sequence) is not above the checkpoint's, and ignores a pending checkpoint on
 //! restart (it only records that a two-phase checkpoint was prepared): this import does the same.
+//!
+//! The KCL 3.x adds to its lease rows `checkpointOwner` (set while a graceful handoff is in flight:
+//! `leaseOwner` names the next owner, `checkpointOwner` the one still processing and checkpointing),
+//! `throughputKBps`, `startingHashKey`/`endingHashKey`, and keeps its worker metrics and coordinator
+//! state in two other tables (`<app>-WorkerMetricStats`, `<app>-CoordinatorState`), never read here.
+//! The checkpoint of a row in handoff is the one to resume from; both owners count as holders.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -16,6 +22,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use clap::Args;
+use leasehold_worker::aws::{dynamodb_client, sdk_config};
 use leasehold_worker::internals::kpl::{Opened, open};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
@@ -45,6 +52,10 @@ pub struct ImportArgs {
     /// Import even though the KCL application seems to hold leases (its counters moved).
     #[arg(long)]
     pub force: bool,
+    /// The DynamoDB endpoint of the KCL table when it is not the consumer's (an emulator, another
+    /// account's VPC endpoint); default: the consumer's DynamoDB.
+    #[arg(long, value_name = "URL")]
+    pub from_dynamodb_endpoint: Option<String>,
     /// How long to watch the KCL rows' lease counters before judging the application stopped (the
     /// KCL's own failover time; default 10s).
     #[arg(long, default_value = "10s", value_parser = crate::parse_duration)]
@@ -62,8 +73,10 @@ pub struct KclLease {
     pub creation_epoch: Option<i64>,
     /// Shard id.
     pub shard: String,
-    /// `leaseOwner`.
+    /// `leaseOwner` (during a KCL 3.x handoff, the next owner).
     pub owner: Option<String>,
+    /// `checkpointOwner` (KCL 3.x): the owner still checkpointing while a graceful handoff is in flight.
+    pub checkpoint_owner: Option<String>,
     /// `leaseCounter`.
     pub counter: i64,
     /// `checkpoint`.
@@ -128,6 +141,7 @@ pub fn parse_row(item: &HashMap<String, AttributeValue>) -> Result<Option<KclLea
         creation_epoch,
         shard,
         owner: s(item, "leaseOwner"),
+        checkpoint_owner: s(item, "checkpointOwner").filter(|o| !o.is_empty()),
         counter,
         checkpoint,
         sub_sequence,
@@ -225,6 +239,13 @@ async fn translate(target: &Target, stream: &str, lease: &KclLease, force: bool)
         Some(pending) => format!("pending checkpoint {pending} ignored, as the KCL does on restart"),
         None => String::new(),
     };
+    if let Some(from) = &lease.checkpoint_owner {
+        let to = lease.owner.as_deref().unwrap_or("nobody");
+        if !note.is_empty() {
+            note.push_str("; ");
+        }
+        note.push_str(&format!("KCL 3.x handoff from {from} to {to} was in flight: its checkpoint taken as is"));
+    }
     let mut add = |text: &str| {
         if !note.is_empty() {
             note.push_str("; ");
@@ -350,7 +371,7 @@ async fn kcl_alive(
     first: &KclTable,
     watch: Duration,
 ) -> Result<Vec<String>> {
-    if !first.leases.iter().any(|l| l.owner.is_some()) || watch.is_zero() {
+    if !first.leases.iter().any(|l| l.owner.is_some() || l.checkpoint_owner.is_some()) || watch.is_zero() {
         return Ok(Vec::new());
     }
     eprintln!("watching the KCL table's lease counters for {}...", humantime::format_duration(watch));
@@ -361,7 +382,7 @@ async fn kcl_alive(
         .leases
         .iter()
         .filter(|l| before.get(l.lease_key.as_str()) != Some(&l.counter))
-        .filter_map(|l| l.owner.clone())
+        .flat_map(|l| l.owner.iter().chain(l.checkpoint_owner.iter()).cloned())
         .collect();
     alive.sort();
     alive.dedup();
@@ -371,7 +392,15 @@ async fn kcl_alive(
 /// Runs `import-kcl`.
 pub async fn run(args: &ImportArgs, format: Format) -> Result<()> {
     let target = resolve(&args.target).await?;
-    let kcl = read_kcl(&target.dynamodb, &args.from).await?;
+    let kcl_dynamodb = match &args.from_dynamodb_endpoint {
+        Some(endpoint) => {
+            let mut aws = target.aws.clone();
+            aws.dynamodb_endpoint = Some(endpoint.clone());
+            dynamodb_client(&sdk_config(&aws).await, &aws)
+        }
+        None => target.dynamodb.clone(),
+    };
+    let kcl = read_kcl(&kcl_dynamodb, &args.from).await?;
     if kcl.leases.is_empty() {
         return Err(CliError::NotFound(format!("KCL table {} holds no lease rows", args.from)));
     }
@@ -407,7 +436,7 @@ pub async fn run(args: &ImportArgs, format: Format) -> Result<()> {
     }
     // The KCL application must be stopped, then the consumer's own workers too.
     if args.execute && !args.force {
-        let alive = kcl_alive(&target.dynamodb, &args.from, &kcl, args.watch).await?;
+        let alive = kcl_alive(&kcl_dynamodb, &args.from, &kcl, args.watch).await?;
         if !alive.is_empty() {
             return Err(CliError::Refused(format!(
                 "refused: the KCL application still holds leases in {} (owners {}): stop it first, or pass --force",
@@ -587,6 +616,24 @@ mod tests {
         let lease = parse_row(&multi).expect("valid").expect("a lease");
         assert_eq!((lease.stream.as_deref(), lease.creation_epoch), (Some("orders"), Some(1_700_000_000)));
         assert_eq!(lease.shard, "shardId-000000000002");
+
+        // A KCL 3.1.3 row as the real MultiLangDaemon wrote it (tests/ground/kcl-import.py, on moto),
+        // caught in a graceful handoff.
+        let v3 = item(&[
+            ("leaseKey", AttributeValue::S("shardId-000000000000".into())),
+            ("leaseOwner", AttributeValue::S("worker-2".into())),
+            ("checkpointOwner", AttributeValue::S("worker-1".into())),
+            ("leaseCounter", AttributeValue::N("7".into())),
+            ("ownerSwitchesSinceCheckpoint", AttributeValue::N("0".into())),
+            ("checkpoint", AttributeValue::S("49680795670138427747013735913843604773898527250088722434".into())),
+            ("checkpointSubSequenceNumber", AttributeValue::N("1".into())),
+            ("startingHashKey", AttributeValue::S("0".into())),
+            ("endingHashKey", AttributeValue::S("170141183460469231731687303715884105727".into())),
+            ("throughputKBps", AttributeValue::N("12.5".into())),
+        ]);
+        let lease = parse_row(&v3).expect("valid").expect("a lease");
+        assert_eq!((lease.owner.as_deref(), lease.checkpoint_owner.as_deref()), (Some("worker-2"), Some("worker-1")));
+        assert_eq!((lease.sub_sequence, lease.counter), (1, 7));
 
         let other = item(&[
             ("leaseKey", AttributeValue::S("worker-1".into())),

@@ -3,6 +3,17 @@
 
   kcl-bench.py java|worker|worker-batched|both|all [--records 100000] [--shards 4] [--rounds 1]
   kcl-bench.py java|worker|both --failover TRIALS
+  kcl-bench.py java,java3,worker --handoff TRIALS | --join TRIALS
+
+The consumer may be a comma-separated list: java (the Java KCL 2.5.4), java3 (the Java KCL 3.x, 3.1.3,
+its tables in the separate moto of tests/ground/moto-kcl.sh: dynalite refuses its lease table's GSI, and
+moto's conditional writes are not atomic under concurrent requests, so its figures carry that caveat),
+worker, worker-batched.
+
+--handoff: as --failover, but SIGTERM instead of kill -9 (the KCL's graceful shutdown, the worker's
+cooperative handoff): seconds until the survivor has started a child for the leaving one's shard.
+--join: one consumer holding all 4 shards of a stream, a second one joins: seconds from the second's
+start until each holds 2 (the first time, and whether it then held for 10 s).
 
 --failover: two consumers of a 2-shard stream, one lease each (children counted in their process trees),
 kill -9 one at a random moment up to 20 s later, and time until the survivor has started a child for the victim's shard; a fresh stream per
@@ -27,7 +38,7 @@ per message) and its default GetRecords limit, 1,000. `worker-batched` runs `ord
 concurrency: 500` (up to 500 waiting records of distinct keys per message) with the KCL's GetRecords
 limit, 10,000. KCL_BENCH_WORKER_CONCURRENCY and KCL_BENCH_WORKER_MAX_RECORDS override those.
 """
-import argparse, json, os, random, signal, subprocess, sys, tempfile, time, uuid
+import argparse, json, os, random, signal, subprocess, sys, tempfile, threading, time, uuid
 import boto3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -83,10 +94,24 @@ def count(d):
     return n
 
 
-def java_command(work, name, kin_ep, ddb_ep, child):
-    """The MultiLangDaemon's command line and the h2c proxy it needs in front of kinesalite."""
-    os.environ.setdefault("KCL_VERSION", "2.5.4")
-    jars = subprocess.run([os.path.join(HERE, "kcl-java.sh"), "classpath"], capture_output=True, text=True, check=True).stdout.strip()
+def kcl3_dynamodb():
+    """The KCL 3.x's DynamoDB: the separate moto of tests/ground/moto-kcl.sh (fails when it is not running)."""
+    out = subprocess.run([os.path.join(HERE, "moto-kcl.sh"), "status"], capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit("the KCL 3.x's DynamoDB is not running: tests/ground/moto-kcl.sh start")
+    return dict(l.split("=", 1) for l in out.stdout.splitlines() if "=" in l)["LEASEHOLD_KCL_DYNAMODB_ENDPOINT"]
+
+
+def java_command(work, name, kin_ep, ddb_ep, child, version=None):
+    """The MultiLangDaemon's command line and the h2c proxy it needs in front of kinesalite. version:
+    KCL_VERSION (default 2.5.4); a 3.x keeps its tables in moto (kcl3_dynamodb) and names the SDK v2
+    credentials provider (the 3.x multilang no longer knows the v1 chain)."""
+    version = version or os.environ.get("KCL_VERSION", "2.5.4")
+    if version.startswith("3."):
+        ddb_ep = kcl3_dynamodb()
+    jars = subprocess.run([os.path.join(HERE, "kcl-java.sh"), "classpath"], capture_output=True, text=True, check=True,
+                          env=dict(os.environ, KCL_VERSION=version)).stdout.strip()
+    credentials = "DefaultCredentialsProvider" if version.startswith("3.") else "DefaultAWSCredentialsProviderChain"
     # The KCL's Kinesis client speaks only HTTP/2; kinesalite only HTTP/1.1: a translating proxy
     # (its CPU is not counted: it stands in for the network).
     port = kin_ep.rsplit(":", 1)[1]
@@ -97,7 +122,7 @@ def java_command(work, name, kin_ep, ddb_ep, child):
         f.write(f"""executableName = {child}
 streamName = {name}
 applicationName = {name}
-AWSCredentialsProvider = DefaultAWSCredentialsProviderChain
+AWSCredentialsProvider = {credentials}
 initialPositionInStream = TRIM_HORIZON
 retrievalMode = POLLING
 regionName = us-east-1
@@ -108,6 +133,15 @@ metricsLevel = NONE
 """)
     opts = ["-Daws.cborEnabled=false", *os.environ.get("KCL_BENCH_JAVA_OPTS", "").split()]
     return ["java", *opts, "-cp", jars, "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props], proxy
+
+
+def consumer_command(consumer, work, name, kin_ep, ddb_ep, child, owner="bench-1"):
+    """The command line (and proxy) of any consumer kind."""
+    if consumer == "java":
+        return java_command(work, name, kin_ep, ddb_ep, child, os.environ.get("KCL_VERSION", "2.5.4"))
+    if consumer == "java3":
+        return java_command(work, name, kin_ep, ddb_ep, child, os.environ.get("KCL3_VERSION", "3.1.3"))
+    return worker_command(work, name, kin_ep, ddb_ep, child, batched=consumer == "worker-batched", owner=owner)
 
 
 def worker_command(work, name, kin_ep, ddb_ep, child, batched=False, owner="bench-1"):
@@ -149,10 +183,7 @@ def run(consumer, records, shards, timeout):
                KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
     env.setdefault("RUST_LOG", "info")
     child = os.path.join(HERE, "kcl-sample.sh")
-    if consumer == "java":
-        cmd, proxy = java_command(work, name, kin_ep, ddb_ep, child)
-    else:
-        cmd, proxy = worker_command(work, name, kin_ep, ddb_ep, child, batched=consumer == "worker-batched")
+    cmd, proxy = consumer_command(consumer, work, name, kin_ep, ddb_ep, child)
     log = open(os.path.join(work, "consumer.log"), "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -206,21 +237,40 @@ def run(consumer, records, shards, timeout):
             sys.stderr.write(f.read()[-6000:].decode(errors="replace"))
     return result
 
+def trickle(kinesis, name, rate):
+    """Writes `rate` records/s (random keys, so every shard gets some) to `name` until the returned
+    event is set: the KCL 3.x assigns leases by measured load, and on an idle stream (no throughput, no
+    CPU metric off EC2/ECS/EKS: every worker's WorkerMetricStats is NaN) it never moves one."""
+    stop = threading.Event()
+
+    def loop():
+        while not stop.wait(1.0):
+            batch = [{"Data": b"t" * 100, "PartitionKey": uuid.uuid4().hex} for _ in range(rate)]
+            try:
+                kinesis.put_records(StreamName=name, Records=batch)
+            except Exception as e:  # a failed put only thins the trickle; the figures are lease timing
+                print(json.dumps({"trickle_error": str(e)}), file=sys.stderr, flush=True)
+    if rate:
+        threading.Thread(target=loop, daemon=True).start()
+    return stop
+
+
 def children(pid):
     """How many shard children (processes below the consumer) are alive: one per lease held."""
     return len(tree(pid)) - 1
 
 
-def failover(consumer, timeout):
+def failover(consumer, timeout, sig=signal.SIGKILL, rate=0):
     """Two consumers of one stream with 2 shards, one lease each; kill -9 one; seconds until the survivor
     has started a child for the victim's shard. Both consumers with their default lease timing (the KCL's
     failoverTimeMillis 10 s, the worker's lease.duration 10 s)."""
     kin_ep, ddb_ep = endpoints()
     creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
     kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
-    name = f"kclfail-{consumer}-{uuid.uuid4().hex[:8]}"
+    name = f"kcl{'fail' if sig == signal.SIGKILL else 'term'}-{consumer}-{uuid.uuid4().hex[:8]}"
     kinesis.create_stream(StreamName=name, ShardCount=2)
     kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    stop_trickle = trickle(kinesis, name, rate)
     child = os.path.join(HERE, "kcl-sample.sh")
     procs, proxies, logs = [], [], []
     for i in range(2):
@@ -230,16 +280,13 @@ def failover(consumer, timeout):
                    AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts,
                    KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
         env.setdefault("RUST_LOG", "info")
-        if consumer == "java":
-            cmd, proxy = java_command(work, name, kin_ep, ddb_ep, child)
-        else:
-            cmd, proxy = worker_command(work, name, kin_ep, ddb_ep, child, owner=f"bench-{i}")
+        cmd, proxy = consumer_command(consumer, work, name, kin_ep, ddb_ep, child, owner=f"bench-{i}")
         proxies.append(proxy)
         log = open(os.path.join(work, "consumer.log"), "wb")
         logs.append(log.name)
         procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
     t0 = time.monotonic()
-    result = {"consumer": consumer, "ok": False, "logs": logs}
+    result = {"consumer": consumer, "ok": False, "signal": signal.Signals(sig).name, "trickle_per_s": rate, "logs": logs}
     try:
         # Balanced and steady: one child each for 2 s.
         steady = None
@@ -262,18 +309,102 @@ def failover(consumer, timeout):
             result["error"] = "the leases moved before the kill"
             return result
         victim, survivor = procs
-        os.killpg(victim.pid, signal.SIGKILL)
+        # SIGTERM goes to the consumer alone (its children are its to stop), kill -9 to the whole group.
+        if sig == signal.SIGKILL:
+            os.killpg(victim.pid, sig)
+        else:
+            victim.send_signal(sig)
         killed = time.monotonic()
-        victim.wait()
         while children(survivor.pid) < 2:
             if time.monotonic() - killed > timeout:
                 result["error"] = "the survivor never took the victim's shard"
                 return result
             time.sleep(0.05)
         result["failover_s"] = round(time.monotonic() - killed, 2)
+        if sig != signal.SIGKILL:
+            try:
+                victim.wait(timeout)
+                result["leaver_exit"] = victim.returncode
+            except subprocess.TimeoutExpired:
+                result["leaver_exit"] = None
         result["ok"] = True
         return result
     finally:
+        stop_trickle.set()
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        for proxy in proxies:
+            if proxy:
+                proxy.terminate(); proxy.wait()
+        print(json.dumps(result), flush=True)
+
+
+def join(consumer, timeout, rate=0):
+    """One consumer holding all 4 shards of a stream; a second joins: seconds from its start until each
+    holds 2 leases (children), and whether that held for 10 s. Default lease timing on both sides."""
+    kin_ep, ddb_ep = endpoints()
+    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
+    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
+    name = f"kcljoin-{consumer}-{uuid.uuid4().hex[:8]}"
+    kinesis.create_stream(StreamName=name, ShardCount=4)
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    stop_trickle = trickle(kinesis, name, rate)
+    child = os.path.join(HERE, "kcl-sample.sh")
+    procs, proxies, logs = [], [], []
+
+    def start(i):
+        work = tempfile.mkdtemp(prefix=f"{name}-{i}-")
+        counts = os.path.join(work, "counts"); os.mkdir(counts)
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
+                   AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts,
+                   KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
+        env.setdefault("RUST_LOG", "info")
+        cmd, proxy = consumer_command(consumer, work, name, kin_ep, ddb_ep, child, owner=f"bench-{i}")
+        proxies.append(proxy)
+        log = open(os.path.join(work, "consumer.log"), "wb")
+        logs.append(log.name)
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+
+    result = {"consumer": consumer, "ok": False, "trickle_per_s": rate, "logs": logs}
+    t0 = time.monotonic()
+    try:
+        start(0)
+        steady = None
+        while True:
+            now = time.monotonic()
+            if now - t0 > timeout:
+                result["error"] = f"the first never held all 4: children {children(procs[0].pid)}"
+                return result
+            if children(procs[0].pid) == 4:
+                steady = steady or now
+                if now - steady >= 2:
+                    break
+            else:
+                steady = None
+            time.sleep(0.05)
+        result["first_holds_all_after_s"] = round(time.monotonic() - t0, 1)
+        start(1)
+        joined = time.monotonic()
+        while [children(p.pid) for p in procs] != [2, 2]:
+            if time.monotonic() - joined > timeout:
+                result["error"] = f"never 2 each: children {[children(p.pid) for p in procs]}"
+                return result
+            time.sleep(0.05)
+        result["rebalance_s"] = round(time.monotonic() - joined, 2)
+        held = time.monotonic()
+        while time.monotonic() - held < 10:
+            if [children(p.pid) for p in procs] != [2, 2]:
+                break
+            time.sleep(0.05)
+        result["held_10s"] = time.monotonic() - held >= 10
+        result["ok"] = True
+        return result
+    finally:
+        stop_trickle.set()
         for p in procs:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -288,36 +419,55 @@ def failover(consumer, timeout):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("consumer", choices=["java", "worker", "worker-batched", "both", "all"])
+    kinds = ["java", "java3", "worker", "worker-batched"]
+
+    def consumer_list(text):
+        named = {"both": ["java", "worker"], "all": ["java", "worker", "worker-batched"]}.get(text, text.split(","))
+        if any(c not in kinds for c in named):
+            raise argparse.ArgumentTypeError(f"consumers are {', '.join(kinds)}, both or all")
+        return named
+    ap.add_argument("consumer", type=consumer_list, help="java, java3, worker, worker-batched (comma-separated), both or all")
     ap.add_argument("--records", type=int, default=100000)
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--failover", type=int, metavar="TRIALS", default=0,
                     help="instead of throughput: kill -9 one of two consumers TRIALS times per consumer")
+    ap.add_argument("--handoff", type=int, metavar="TRIALS", default=0,
+                    help="instead of throughput: SIGTERM one of two consumers TRIALS times per consumer")
+    ap.add_argument("--join", type=int, metavar="TRIALS", default=0,
+                    help="instead of throughput: a second consumer joins one holding 4 shards, TRIALS times")
+    ap.add_argument("--trickle", type=int, metavar="RECORDS_PER_S", default=0,
+                    help="with --failover/--handoff/--join: write this many records/s to the stream meanwhile")
     a = ap.parse_args()
-    consumers = {"both": ["java", "worker"], "all": ["java", "worker", "worker-batched"]}.get(a.consumer, [a.consumer])
-    if a.failover:
+    consumers = a.consumer
+    for mode, trials, figure, trial in (("failover", a.failover, "failover_s", lambda c: failover(c, a.timeout, rate=a.trickle)),
+                                        ("handoff", a.handoff, "failover_s", lambda c: failover(c, a.timeout, signal.SIGTERM, a.trickle)),
+                                        ("join", a.join, "rebalance_s", lambda c: join(c, a.timeout, a.trickle))):
+        if not trials:
+            continue
         times = {c: [] for c in consumers if c != "worker-batched"}
-        for _ in range(a.failover):
+        for _ in range(trials):
             for c in times:
-                r = failover(c, a.timeout)
+                r = trial(c)
                 if not r["ok"]:
                     sys.exit(1)
-                times[c].append(r["failover_s"])
+                times[c].append(r[figure])
         for c, t in times.items():
-            print(json.dumps({"consumer": c, "failover_s": sorted(t), "max_s": max(t), "median_s": sorted(t)[len(t) // 2]}))
+            print(json.dumps({"consumer": c, "mode": mode, "trickle_per_s": a.trickle, figure: sorted(t), "max_s": max(t), "median_s": sorted(t)[len(t) // 2]}))
         return
     failed = False
     for _ in range(a.rounds):
         results = {c: run(c, a.records, a.shards, a.timeout) for c in consumers}
         failed |= not all(r["ok"] for r in results.values())
-        if "java" in results and not failed:
-            j = results["java"]
+        for base in ("java", "java3"):
+            if base not in results or failed:
+                continue
+            j = results[base]
             for name, w in results.items():
-                if name == "java":
+                if name.startswith("java"):
                     continue
-                print(json.dumps({f"{name}_over_java": {
+                print(json.dumps({f"{name}_over_{base}": {
                     key: round(w[key] / j[key], 2)
                     for key in ["records_per_s", "cpu_s_tree", "cpu_s_tree_backlog", "cpu_s_consumer_backlog",
                                 "peak_rss_mib_tree", "peak_rss_mib_consumer"]

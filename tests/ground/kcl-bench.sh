@@ -9,6 +9,9 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 KCLPY="$("$HERE/kclpy.sh")"
 export KCLPY
 "$HERE/kcl-java.sh" install >/dev/null
+# The KCL 3.x beside it (consumer java3): its jars, and the separate moto that keeps its tables.
+KCL_VERSION="${KCL3_VERSION:-3.1.3}" "$HERE/kcl-java.sh" install >/dev/null
+"$HERE/moto-kcl.sh" start
 PY="$(pinned_venv aws)"   # boto3, pinned: tests/ground/python/aws.txt
 log "building the release worker"
 cargo build --locked --quiet --release -p leasehold-worker --bin leasehold-worker

@@ -23,10 +23,15 @@ def fail(message):
 
 def main():
     kin_ep, ddb_ep = endpoints()
+    # The KCL 3.x keeps its tables in a DynamoDB that accepts them (tests/ground/moto-kcl.sh): dynalite
+    # refuses its lease table's GSI. The import then reads the KCL table there.
+    kcl_ddb_ep = os.environ.get("LEASEHOLD_KCL_DYNAMODB_ENDPOINT", ddb_ep)
+    kcl_version = os.environ.get("KCL_VERSION", "2.5.4")
     creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
     kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
     dynamo = boto3.client("dynamodb", endpoint_url=ddb_ep, **creds)
-    name = f"kcl-import-{uuid.uuid4().hex[:8]}"
+    kcl_dynamo = boto3.client("dynamodb", endpoint_url=kcl_ddb_ep, **creds)
+    name = f"kcl{kcl_version[0]}-import-{uuid.uuid4().hex[:8]}"
     kinesis.create_stream(StreamName=name, ShardCount=2)
     kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
 
@@ -68,12 +73,12 @@ def main():
         f.write(f"""executableName = {child}
 streamName = {name}
 applicationName = {name}
-AWSCredentialsProvider = DefaultAWSCredentialsProviderChain
+AWSCredentialsProvider = {"DefaultAWSCredentialsProviderChain" if kcl_version.startswith("2.") else "DefaultCredentialsProvider"}
 initialPositionInStream = TRIM_HORIZON
 retrievalMode = POLLING
 regionName = us-east-1
 kinesisEndpoint = {kcl_kin_ep}
-dynamoDBEndpoint = {ddb_ep}
+dynamoDBEndpoint = {kcl_ddb_ep}
 metricsLevel = NONE
 """)
     env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test", AWS_REGION="us-east-1")
@@ -96,7 +101,8 @@ metricsLevel = NONE
         if frozen and len(shards) == 2 and len(processed) >= 60:
             break
         if time.monotonic() > deadline or daemon.poll() is not None:
-            os.killpg(daemon.pid, signal.SIGKILL)
+            if daemon.poll() is None:
+                os.killpg(daemon.pid, signal.SIGKILL)
             fail(f"the KCL did not get under way (log in {work}): {len(processed)} records, frozen={frozen}")
         time.sleep(0.05)
     os.killpg(daemon.pid, signal.SIGKILL)
@@ -107,7 +113,10 @@ metricsLevel = NONE
     kcl_processed = [(l[0], l[1], int(l[2]), l[3]) for l in lines if l[0] != "CHECKPOINT"]
 
     # The KCL's own table: its checkpoints are the truth the import must follow.
-    items = dynamo.scan(TableName=name, ConsistentRead=True)["Items"]
+    items = kcl_dynamo.scan(TableName=name, ConsistentRead=True)["Items"]
+    # What the KCL wrote, for the report: its lease rows' attributes and (3.x) its other tables.
+    attributes = sorted({a for item in items for a in item})
+    kcl_tables = sorted(t for t in kcl_dynamo.list_tables()["TableNames"] if t.startswith(name))
     checkpoints = {}
     for item in items:
         if item.get("entityType", {}).get("S", "LEASE") != "LEASE":
@@ -130,8 +139,9 @@ metricsLevel = NONE
                         KeySchema=[{"AttributeName": "lease_key", "KeyType": "HASH"}])
     dynamo.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 1})
     cli_env = dict(env, LEASEHOLD_KINESIS_ENDPOINT=kin_ep, LEASEHOLD_DYNAMODB_ENDPOINT=ddb_ep)
+    from_ep = ["--from-dynamodb-endpoint", kcl_ddb_ep] if kcl_ddb_ep != ddb_ep else []
     imported = subprocess.run([os.environ["LEASEHOLD_BIN"], "import-kcl", "--table", table, "--stream", name, "--from", name,
-                               "--execute", "--watch", "11s", "-o", "json"], env=cli_env, capture_output=True, text=True)
+                               *from_ep, "--execute", "--watch", "11s", "-o", "json"], env=cli_env, capture_output=True, text=True)
     if imported.returncode != 0:
         fail(f"import-kcl exited {imported.returncode}: {imported.stderr}")
     report = json.loads(imported.stdout)
@@ -171,6 +181,7 @@ reader: {{idleTime: 100ms}}
     tail = sorted(kcl_data & set(got))
     result = {
         "ok": not missing and not extra and repeats == 0,
+        "kcl_version": kcl_version, "kcl_dynamodb": kcl_ddb_ep, "kcl_row_attributes": attributes, "kcl_tables": kcl_tables,
         "written": len(written), "kcl_processed": len(kcl_processed), "kcl_checkpoints": checkpoints,
         "imported": [(i["shard"], i["after"]) for i in report["imports"]],
         "leasehold_processed": len(got), "expected": len(expected),

@@ -6,8 +6,9 @@
 #                         Maven Central into $LEASEHOLD_CACHE/kcl-java/<version>/jars (idempotent); prints the dir
 #   kcl-java.sh classpath print the classpath ('<jars>/*')
 # KCL_VERSION picks the version. amazon_kclpy 3.2.0 names 3.5.3, but the Maven Central reachable here
-# serves amazon-kinesis-client-multilang only in 2.2.0, 2.5.4 and 3.1.3; 3.1.3 adds a lease-table GSI that dynalite
-# refuses, so the default is 2.5.4 (see docs/benchmarks.md).
+# serves amazon-kinesis-client-multilang only in 2.2.0, 2.5.4 and 3.1.3. The default is 2.5.4 (on dynalite);
+# KCL_VERSION=3.1.3 fetches the KCL 3.x, whose lease-table GSI dynalite refuses: it keeps its tables on the
+# separate moto of tests/ground/moto-kcl.sh (docs/testing.md, "The Java KCL 3.x").
 source "$(dirname "$0")/common.sh"
 KCL_VERSION="${KCL_VERSION:-2.5.4}"
 BASE="$LEASEHOLD_CACHE/kcl-java/$KCL_VERSION"

@@ -98,7 +98,9 @@ pub async fn size_table(
             }
             let note = format!("lease table {}: {holds} -> {next} ({of_group})", spec.name);
             tracing::info!(consumer = %consumer.name_any(), table = spec.name, %holds, %next, "lease table resized");
-            ctx.publish(consumer, EventType::Normal, "TableResized", note).await;
+            // Each resize names its figures in the action, so the recorder keeps every note.
+            let action = format!("Resize to {next}");
+            ctx.publish_action(consumer, EventType::Normal, "TableResized", &action, note).await;
             holds = next;
         }
     }

@@ -141,7 +141,8 @@ pub fn demand(group: &Group) -> Demand {
             let per_segment =
                 (bytes / segments / READ_UNIT_BYTES).ceil() + (rows / segments / SEGMENT_PAGE_ROWS).ceil() - 1.0;
             // At rest each worker reads the whole table every max(shardSync, 4 x scan x workers).
-            let whole_every = group.shard_sync_interval.as_secs_f64().max(4.0 * group.scan_interval.as_secs_f64() * workers);
+            let whole_every =
+                group.shard_sync_interval.as_secs_f64().max(4.0 * group.scan_interval.as_secs_f64() * workers);
             (segments * readers * per_segment * scans, workers * whole / whole_every.max(0.001))
         }
     };
@@ -215,7 +216,8 @@ pub struct Provisioned {
 impl Provisioned {
     /// The provisioned capacity of `table`; `None` for an on-demand table.
     pub fn of(table: &TableDescription) -> Option<Self> {
-        let on_demand = table.billing_mode_summary().and_then(|b| b.billing_mode()) == Some(&BillingMode::PayPerRequest);
+        let on_demand =
+            table.billing_mode_summary().and_then(|b| b.billing_mode()) == Some(&BillingMode::PayPerRequest);
         let throughput = table.provisioned_throughput()?;
         let capacity = Capacity {
             read: throughput.read_capacity_units().unwrap_or(0),
@@ -327,7 +329,8 @@ mod tests {
     #[test]
     fn the_formula_bounds_what_the_scale_bench_measured_at_rest() {
         // docs/benchmarks.md, "Scale and cost" (segmented, at rest): read and write units per shard-hour.
-        for (workers, shards, read, write) in [(10, 100, 923.0, 1329.0), (50, 500, 1007.0, 1310.0), (100, 1000, 953.0, 1053.0)]
+        for (workers, shards, read, write) in
+            [(10, 100, 923.0, 1329.0), (50, 500, 1007.0, 1310.0), (100, 1000, 953.0, 1053.0)]
         {
             let d = demand(&Group { operator_interval: Duration::from_secs(3600 * 24), ..defaults(shards, workers) });
             let per_shard_hour = |units_per_second: f64| units_per_second * 3600.0 / f64::from(shards);
@@ -380,10 +383,7 @@ mod tests {
         let hour_ago = Some(now - DECREASE_SPACING);
         assert_eq!(planned(&table(11, 40, 4, hour_ago), want, (true, true), now), Some(want));
         // A raise on one side still happens when the other may not decrease.
-        assert_eq!(
-            planned(&table(11, 20, 4, recent), want, (true, true), now),
-            Some(Capacity { read: 11, write: 40 })
-        );
+        assert_eq!(planned(&table(11, 20, 4, recent), want, (true, true), now), Some(Capacity { read: 11, write: 40 }));
         assert_eq!(planned(&table(10, 40, 0, None), want, (true, true), now), None);
     }
 }

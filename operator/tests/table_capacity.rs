@@ -78,8 +78,7 @@ async fn a_provisioned_table_is_sized_for_sixteen_busy_shards_and_resized_on_res
     let sixteen = demand(&group(16));
     assert!(sixteen.writes() > 21.0, "16 x (1/3 + 1) WCU and more: {sixteen:?}");
     let want = Capacity::sized(&sixteen);
-    wait("the table sized for 16 shards", SLOW, || async { provisioned(&dynamodb, &table).await == Some(want) })
-        .await;
+    wait("the table sized for 16 shards", SLOW, || async { provisioned(&dynamodb, &table).await == Some(want) }).await;
     assert!(want.covers(&Capacity::floor(&sixteen)) && want.write > 10, "{want} over the old fixed 10 / 10");
     wait("TableCapacity True, Sized", SLOW, || async {
         ns.condition("sized", "TableCapacity").await == Some(("True".into(), "Sized".into()))
@@ -197,10 +196,16 @@ async fn capacity_set_too_low_or_a_table_made_elsewhere_is_reported_under_provis
                 .build()
                 .expect("definition"),
         )
-        .key_schema(KeySchemaElement::builder().attribute_name("lease_key").key_type(KeyType::Hash).build().expect("key"))
+        .key_schema(
+            KeySchemaElement::builder().attribute_name("lease_key").key_type(KeyType::Hash).build().expect("key"),
+        )
         .billing_mode(BillingMode::Provisioned)
         .provisioned_throughput(
-            ProvisionedThroughput::builder().read_capacity_units(2).write_capacity_units(2).build().expect("throughput"),
+            ProvisionedThroughput::builder()
+                .read_capacity_units(2)
+                .write_capacity_units(2)
+                .build()
+                .expect("throughput"),
         )
         .send()
         .await
@@ -219,7 +224,10 @@ async fn capacity_set_too_low_or_a_table_made_elsewhere_is_reported_under_provis
     .await;
     let status = ns.consumers().get("elsewhere").await.expect("consumer").status.expect("status");
     let message = status.conditions.iter().find(|c| c.type_ == "TableCapacity").map(|c| c.message.clone());
-    assert!(message.as_deref().is_some_and(|m| m.contains("resizes only a table this resource created")), "{message:?}");
+    assert!(
+        message.as_deref().is_some_and(|m| m.contains("resizes only a table this resource created")),
+        "{message:?}"
+    );
     assert_eq!(provisioned(&dynamodb, &elsewhere).await, Some(Capacity { read: 2, write: 2 }), "left as it is");
     dynamodb.delete_table().table_name(&elsewhere).send().await.expect("delete");
 }

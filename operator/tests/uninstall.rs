@@ -16,16 +16,18 @@ use support::{TestNamespace, wait};
 
 const SLOW: Duration = Duration::from_secs(60);
 
-fn uninstall(namespace: &str, timeout: &str) -> std::process::Output {
+/// Runs docs/uninstall.sh on `namespace`, off the test's runtime thread (the in-process operator runs on
+/// it and must keep reconciling meanwhile).
+async fn uninstall(namespace: &str, timeout: &str) -> std::process::Output {
     let script = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/uninstall.sh"));
     let kubectl = leasehold_testkit::cache_dir().join("k8s-bin/kubectl");
     assert!(kubectl.exists(), "kubectl is missing: tests/ground/control-plane.sh install");
-    Command::new(script)
+    let mut command = Command::new(script);
+    command
         .args(["--namespace", namespace, "--keep-crd", "--timeout", timeout])
         .env("KUBECTL", kubectl)
-        .env("KUBECONFIG", support::kubeconfig_path())
-        .output()
-        .expect("uninstall.sh runs")
+        .env("KUBECONFIG", support::kubeconfig_path());
+    tokio::task::spawn_blocking(move || command.output().expect("uninstall.sh runs")).await.expect("joined")
 }
 
 async fn table_exists(dynamodb: &aws_sdk_dynamodb::Client, table: &str) -> bool {
@@ -57,10 +59,16 @@ async fn the_uninstall_guide_removes_consumers_by_their_policy_and_clears_a_stuc
     }
 
     // With the operator running: each consumer's policy is applied.
-    let run = uninstall(&ns.name, "60");
+    let started = std::time::Instant::now();
+    let run = uninstall(&ns.name, "150").await;
+    eprintln!("uninstall.sh took {:?}: {}", started.elapsed(), String::from_utf8_lossy(&run.stderr));
     assert!(run.status.success(), "uninstall.sh: {}", String::from_utf8_lossy(&run.stderr));
     assert!(ns.consumers().list(&Default::default()).await.expect("list").items.is_empty(), "no StreamConsumer");
-    assert!(!table_exists(&dynamodb, &deleted).await, "deletionPolicy: Delete deleted the table");
+    // dynalite, like DynamoDB, shows a deleted table as DELETING for a moment.
+    wait("deletionPolicy: Delete deleted the table", Duration::from_secs(20), || async {
+        !table_exists(&dynamodb, &deleted).await
+    })
+    .await;
     assert!(table_exists(&dynamodb, &retained).await, "deletionPolicy: Retain kept the table");
     assert!(
         !String::from_utf8_lossy(&run.stderr).contains("still held"),
@@ -80,7 +88,7 @@ async fn the_uninstall_guide_removes_consumers_by_their_policy_and_clears_a_stuc
     .await;
     ns.stop_operator();
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let run = uninstall(&ns.name, "3");
+    let run = uninstall(&ns.name, "3").await;
     let stderr = String::from_utf8_lossy(&run.stderr).into_owned();
     assert!(run.status.success(), "uninstall.sh: {stderr}");
     assert!(stderr.contains(&format!("{}/stuck is still held by leasehold.io/lease-table", ns.name)), "{stderr}");

@@ -80,9 +80,7 @@ pub async fn size_table(
     let mut holds = current.capacity;
     // Only a table this resource created under `billingMode: PROVISIONED` is resized.
     let mut ours = spec.billing_mode == Some(BillingMode::Provisioned);
-    if ours
-        && let Some(next) = capacity::planned(&current, want, explicit, SystemTime::now())
-    {
+    if ours && let Some(next) = capacity::planned(&current, want, explicit, SystemTime::now()) {
         let owner = match Owner::of(consumer) {
             Ok(owner) => owner,
             Err(error) => return Some(Verdict::from_error(&error)),

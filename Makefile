@@ -5,7 +5,7 @@ export CARGO_TARGET_DIR ?= $(LEASEHOLD_CACHE)/target
 export CARGO_TERM_COLOR ?= never
 GROUND := tests/ground
 
-.PHONY: fuzz fuzz-smoke moto moto-stop moto-kcl moto-kcl-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds reference demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
+.PHONY: release-cli push-images fuzz fuzz-smoke moto moto-stop moto-kcl moto-kcl-stop prometheus plots cli kcl-java test-kcl-import check-binaries chaos soak-chaos faketime crds reference demo-local demo-workers test test-node lint soak emulators emulators-stop control-plane control-plane-stop node node-stop images test-images bench bench-kcl demo fmt
 
 ## Everything CI runs: emulators, control plane, the real node with the project's images, formatting and
 ## lints, all tests (the real-pod tests included, and the import from the real Java KCL).
@@ -160,10 +160,20 @@ demo-workers: emulators
 	LEASEHOLD_WORKER_BIN=$(CARGO_TARGET_DIR)/debug/leasehold-worker $(CARGO_TARGET_DIR)/debug/examples/workers_demo
 
 ## The `leasehold` CLI and its kubectl plugin `kubectl-leasehold` (release build); copy both onto PATH
-## (`kubectl leasehold ...`), or install through krew with cli/krew/leasehold.yaml.
+## (`kubectl leasehold ...`), or through krew with the manifest `make release-cli` writes.
 cli:
 	cargo build --locked --release -p leasehold-cli --bin leasehold --bin kubectl-leasehold
 	@echo "built $(CARGO_TARGET_DIR)/release/leasehold and $(CARGO_TARGET_DIR)/release/kubectl-leasehold"
+
+## The kubectl plugin's release archive and its krew manifest with the archive's sha256 (release build),
+## in $(CARGO_TARGET_DIR)/krew; KREW_BASE_URL is where you will upload the archive. Nothing is published.
+release-cli:
+	cli/krew/release.sh --base-url "$${KREW_BASE_URL:?set KREW_BASE_URL to where the archive will be served}"
+
+## Push the images of `make images` to a registry of yours: `make push-images REGISTRY=ghcr.io/you`
+## (images/push.sh; DRY_RUN=1 prints the commands only).
+push-images:
+	images/push.sh $${DRY_RUN:+--dry-run} "$${REGISTRY:?set REGISTRY, e.g. ghcr.io/you}"
 
 ## A JDK and Maven (Debian's packages, when missing) and the Java KCL's jars (Maven Central, into the cache):
 ## 2.5.4 and 3.1.3.

@@ -212,7 +212,8 @@ pub struct AwsSpec {
 }
 
 /// The lease table.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, KubeSchema)]
+#[x_kube(validation = Rule::new("(!has(self.readCapacity) && !has(self.writeCapacity)) || (has(self.billingMode) && self.billingMode == 'PROVISIONED')").message("readCapacity and writeCapacity need billingMode: PROVISIONED").field_path(".billingMode"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct LeaseTableSpec {
     /// Table name (3-255 characters of a-z, A-Z, 0-9, `_`, `-`, `.`).
@@ -226,6 +227,16 @@ pub struct LeaseTableSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(transform = field_doc_wins)]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// With `billingMode: PROVISIONED`: the table's read capacity units (1-40000). Default: sized from
+    /// the open shards and the lease timings, and resized on resharding (docs/capacity.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 40000))]
+    pub read_capacity: Option<i64>,
+    /// With `billingMode: PROVISIONED`: the table's write capacity units (1-40000). Default: sized from
+    /// the open shards and the lease timings, and resized on resharding (docs/capacity.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 40000))]
+    pub write_capacity: Option<i64>,
 }
 
 /// DynamoDB billing mode.

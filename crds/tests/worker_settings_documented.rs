@@ -4,8 +4,15 @@
 use std::collections::BTreeSet;
 
 /// Fields only the operator reads: the worker ignores them (docs/operations.md and docs/reference/spec.md cover them).
-const OPERATOR_ONLY: &[&str] =
-    &["leaseTable.billingMode", "leaseTable.deletionPolicy", "paused", "template", "workers"];
+const OPERATOR_ONLY: &[&str] = &[
+    "leaseTable.billingMode",
+    "leaseTable.deletionPolicy",
+    "leaseTable.readCapacity",
+    "leaseTable.writeCapacity",
+    "paused",
+    "template",
+    "workers",
+];
 
 /// The spec's leaf fields as dotted paths (list items without `[]`), from the generated CRD schema.
 fn spec_fields() -> BTreeSet<String> {

@@ -47,6 +47,9 @@ pub struct Verdicts {
     /// With `workers.autoscaling.lag`: false while the lag is above target and more workers cannot
     /// help. Not part of `Ready`: a lagging consumer still runs.
     pub lag: Option<Verdict>,
+    /// With a PROVISIONED lease table: false while its capacity is below what the group needs. Not
+    /// part of `Ready`: a throttled table still serves.
+    pub capacity: Option<Verdict>,
 }
 
 impl Verdicts {
@@ -59,6 +62,7 @@ impl Verdicts {
             workers: verdict.clone(),
             consumer: verdict,
             lag: None,
+            capacity: None,
         }
     }
 }
@@ -83,7 +87,7 @@ fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &
 
 /// `Ready`, `TableReady`, `StreamReady`, `WorkersReady`, `ConsumerReady` from the verdicts; `Ready` is true only when the
 /// spec is valid and the others are true, and then names the first thing that is not. `LagScaling`
-/// follows them with lag scaling on, and leaves `Ready` alone.
+/// follows them with lag scaling on, and `TableCapacity` with a PROVISIONED table; both leave `Ready` alone.
 pub fn conditions(verdicts: &Verdicts, generation: Option<i64>, previous: &[Condition]) -> Vec<Condition> {
     let ready = [&verdicts.spec, &verdicts.table, &verdicts.stream, &verdicts.consumer, &verdicts.workers]
         .into_iter()
@@ -100,6 +104,9 @@ pub fn conditions(verdicts: &Verdicts, generation: Option<i64>, previous: &[Cond
     if let Some(lag) = &verdicts.lag {
         all.push(condition("LagScaling", lag, generation, previous));
     }
+    if let Some(capacity) = &verdicts.capacity {
+        all.push(condition("TableCapacity", capacity, generation, previous));
+    }
     all
 }
 
@@ -115,6 +122,7 @@ mod tests {
             workers: Verdict::ok("Ready", "2/2"),
             consumer: Verdict::ok("Polling", ""),
             lag: None,
+            capacity: None,
         }
     }
 
@@ -138,6 +146,16 @@ mod tests {
         assert_eq!((c[0].type_.as_str(), c[0].status.as_str()), ("Ready", "True"));
         let lag = c.iter().find(|c| c.type_ == "LagScaling").expect("LagScaling");
         assert_eq!((lag.status.as_str(), lag.reason.as_str()), ("False", "OneShardPerWorker"));
+    }
+
+    #[test]
+    fn table_capacity_has_its_own_condition_and_leaves_ready_alone() {
+        assert!(conditions(&all_ok(), Some(1), &[]).iter().all(|c| c.type_ != "TableCapacity"), "absent when off");
+        let low = Verdicts { capacity: Some(Verdict::failed("UnderProvisioned", "10 WCU, needs 22")), ..all_ok() };
+        let c = conditions(&low, Some(1), &[]);
+        assert_eq!((c[0].type_.as_str(), c[0].status.as_str()), ("Ready", "True"));
+        let capacity = c.iter().find(|c| c.type_ == "TableCapacity").expect("TableCapacity");
+        assert_eq!((capacity.status.as_str(), capacity.reason.as_str()), ("False", "UnderProvisioned"));
     }
 
     #[test]

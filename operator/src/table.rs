@@ -10,6 +10,7 @@ use leasehold_worker::internals::lease::attr::LEASE_KEY;
 use leasehold_worker::lease::{TableBilling, create_table};
 
 use crate::error::{Error, Result};
+use crate::table_capacity::Capacity;
 
 /// Tag keys proving which resource created a table.
 pub const TAG_NAMESPACE: &str = "leasehold.io/namespace";
@@ -62,9 +63,14 @@ fn failed(table: &str, error: impl std::fmt::Display) -> Error {
     Error::Table { table: table.into(), message: error.to_string() }
 }
 
-/// Describes the table, creating it first if it does not exist. Returns its state and whether this call
-/// created it.
-pub async fn ensure(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<(TableState, bool)> {
+/// Describes the table, creating it first if it does not exist (with `provisioned` capacity under
+/// `billingMode: PROVISIONED`). Returns its state and whether this call created it.
+pub async fn ensure(
+    client: &Client,
+    spec: &LeaseTableSpec,
+    owner: &Owner,
+    provisioned: Capacity,
+) -> Result<(TableState, bool)> {
     let table = spec.name.as_str();
     match client.describe_table().table_name(table).send().await {
         Ok(out) => {
@@ -75,7 +81,7 @@ pub async fn ensure(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Re
             Ok((state(description.table_status), false))
         }
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-            let created = create(client, spec, owner).await?;
+            let created = create(client, spec, owner, provisioned).await?;
             Ok((TableState::Creating, created))
         }
         Err(e) => Err(failed(table, crate::aws::error_message(&e))),
@@ -105,10 +111,10 @@ fn state(status: Option<TableStatus>) -> TableState {
     }
 }
 
-async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner) -> Result<bool> {
+async fn create(client: &Client, spec: &LeaseTableSpec, owner: &Owner, provisioned: Capacity) -> Result<bool> {
     let billing = match spec.billing_mode.unwrap_or(SpecBilling::PayPerRequest) {
         SpecBilling::PayPerRequest => TableBilling::OnDemand,
-        SpecBilling::Provisioned => TableBilling::Provisioned { read: 10, write: 10 },
+        SpecBilling::Provisioned => TableBilling::Provisioned { read: provisioned.read, write: provisioned.write },
     };
     create_table(client, &spec.name, billing, &owner.tags()).await.map_err(|e| failed(&spec.name, e))
 }
@@ -133,6 +139,18 @@ pub async fn delete_if_ours(client: &Client, table: &str, owner: &Owner) -> Resu
         }
         Err(e) => return Err(failed(table, crate::aws::error_message(&e))),
     };
+    if !is_ours(client, table, &arn, owner).await? {
+        return Ok(Deletion::KeptNotOurs);
+    }
+    match client.delete_table().table_name(table).send().await {
+        Ok(_) => Ok(Deletion::Deleted),
+        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => Ok(Deletion::Missing),
+        Err(e) => Err(failed(table, crate::aws::error_message(&e))),
+    }
+}
+
+/// True when the tags of the table `table` (ARN `arn`) name `owner` (same namespace, name and UID).
+pub async fn is_ours(client: &Client, table: &str, arn: &str, owner: &Owner) -> Result<bool> {
     let tags = client
         .list_tags_of_resource()
         .resource_arn(arn)
@@ -141,13 +159,5 @@ pub async fn delete_if_ours(client: &Client, table: &str, owner: &Owner) -> Resu
         .map_err(|e| failed(table, crate::aws::error_message(&e)))?
         .tags
         .unwrap_or_default();
-    let ours = owner.tags().iter().all(|(k, v)| tags.iter().any(|t| t.key == *k && t.value == *v));
-    if !ours {
-        return Ok(Deletion::KeptNotOurs);
-    }
-    match client.delete_table().table_name(table).send().await {
-        Ok(_) => Ok(Deletion::Deleted),
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => Ok(Deletion::Missing),
-        Err(e) => Err(failed(table, crate::aws::error_message(&e))),
-    }
+    Ok(owner.tags().iter().all(|(k, v)| tags.iter().any(|t| t.key == *k && t.value == *v)))
 }

@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
-use leasehold_crds::StreamConsumer;
+use leasehold_crds::{ResolvedSpec, StreamConsumer};
 
 use crate::build;
 use crate::conditions::Verdict;
@@ -20,8 +20,15 @@ pub struct TableReadiness {
     pub ready: bool,
 }
 
-/// Describes (or creates) the table; an AWS error fails the stage.
-pub async fn ensure_table(consumer: &StreamConsumer, ctx: &Context) -> Result<TableReadiness> {
+/// Describes (or creates) the table; an AWS error fails the stage. A PROVISIONED table is created with
+/// the spec's capacity, else sized for `open_shards` (the last count, one shard before any count;
+/// [`super::size_table`] resizes it once the shards are counted).
+pub async fn ensure_table(
+    consumer: &StreamConsumer,
+    ctx: &Context,
+    resolved: &ResolvedSpec,
+    open_shards: Option<i32>,
+) -> Result<TableReadiness> {
     let Some(spec) = &consumer.spec.lease_table else {
         let replicas = build::desired_replicas(&consumer.spec, None);
         let message = if replicas > 1 {
@@ -32,7 +39,8 @@ pub async fn ensure_table(consumer: &StreamConsumer, ctx: &Context) -> Result<Ta
         return Ok(TableReadiness { verdict: Verdict::ok("InMemory", message), ready: true });
     };
     let clients = ctx.aws.get(&consumer.spec.aws).await;
-    let (state, created) = table::ensure(&clients.dynamodb, spec, &Owner::of(consumer)?).await?;
+    let provisioned = super::size_table::wanted(consumer, ctx, resolved, spec, open_shards.unwrap_or(1));
+    let (state, created) = table::ensure(&clients.dynamodb, spec, &Owner::of(consumer)?, provisioned).await?;
     if created {
         tracing::info!(consumer = %consumer.name_any(), table = spec.name, "lease table created");
         ctx.publish(consumer, EventType::Normal, "TableCreated", format!("created lease table {}", spec.name)).await;

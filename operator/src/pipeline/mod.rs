@@ -1,5 +1,5 @@
 //! The reconcile of a live StreamConsumer as a pipeline, one stage per module:
-//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> build (pure, [`crate::build`],
+//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> [`size_table`] -> build (pure, [`crate::build`],
 //! with the lag scaling decision of [`crate::lag::scaling`]) -> [`apply`] -> [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
 //! (except the status write itself), so a failure shows as a condition; then the first failure in
 //! stage order is returned, and the controller's `error_policy` backs off.
@@ -9,6 +9,7 @@ pub mod ensure_consumer;
 pub mod ensure_streams;
 pub mod ensure_table;
 pub mod observe;
+pub mod size_table;
 pub mod status;
 pub mod validate;
 
@@ -59,7 +60,7 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
             return Err(error);
         }
     };
-    let table = ensure_table::ensure_table(consumer, ctx).await;
+    let table = ensure_table::ensure_table(consumer, ctx, &resolved, previous.open_shards).await;
     let table_ready = table.as_ref().is_ok_and(|t| t.ready);
     let streams = ensure_streams::ensure_streams(consumer, ctx).await;
     let streams_ready = streams.as_ref().is_ok_and(|s| s.ready());
@@ -83,6 +84,9 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let open_rows = rows.as_deref().map(|r| r.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).count());
     let on_lag = scale_on_lag(consumer, &resolved, lag.as_ref(), by_shards, open_shards, open_rows);
     let replicas = on_lag.as_ref().map_or(by_shards, |d| d.replicas);
+    let counted = open_shards.or_else(|| open_rows.and_then(|n| i32::try_from(n).ok()));
+    let table_capacity =
+        if table_ready { size_table::size_table(consumer, ctx, &resolved, counted, replicas).await } else { None };
     // Workers start only once their table can hold leases and their stream consumers are ACTIVE.
     let workers = if table_ready && consumers_ready && streams_ready {
         match build::desired(consumer, replicas, &resolved, &ctx.settings.worker_image) {
@@ -118,6 +122,7 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
             }),
             consumer: verdict(&stream_consumers, |c| c.verdict.clone()),
             lag: on_lag.as_ref().map(|d| d.verdict.clone()),
+            capacity: table_capacity,
         },
         open_shards,
         replicas,

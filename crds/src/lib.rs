@@ -7,11 +7,13 @@ mod resolved;
 mod spec;
 mod status;
 mod validate;
+mod window;
 
 pub use reference::reference_markdown;
 pub use resolved::{LagTarget, ResolvedDurations, ResolvedSpec, defaults};
 pub use spec::*;
 pub use status::*;
+pub use window::*;
 pub use validate::{FieldError, MAX_HTTP_BATCH, default_consumer_name, kinesis_consumer_name, valid_consumer_name};
 
 /// API group of every Leasehold resource.

@@ -67,6 +67,8 @@ pub struct WorkerConfig {
     /// The stream consumer of `reader.mode: fanOut`: `reader.consumerName`, else the lease table's
     /// name, else `leasehold` (the operator writes `reader.consumerName` for its workers).
     pub(crate) consumer_name: String,
+    /// `spec.window`'s bounds: a bounded consumer (the root start is then `AT_TIMESTAMP start`).
+    pub(crate) window: Option<leasehold_crds::WindowBounds>,
 }
 
 impl WorkerConfig {
@@ -112,10 +114,22 @@ impl WorkerConfig {
                 Checkpoint::AtTimestamp(i64::try_from(ms).unwrap_or(i64::MAX))
             }
         };
+        let window = match &spec.window {
+            None => None,
+            Some(window) => Some(window.bounds(None).ok_or_else(|| {
+                invalid(vec![FieldError {
+                    field: "spec.window.end".into(),
+                    message: "`now` is pinned by the operator (to the resource's creation time); a worker's \
+                              config needs a time"
+                        .into(),
+                }])
+            })?),
+        };
+        let root_start = window.map_or(root_start, |w| Checkpoint::AtTimestamp(w.start_ms));
         let stream_arns =
             spec.streams.iter().filter_map(|s| Some((s.stream_name().to_string(), s.arn.clone()?))).collect();
         let consumer_name = spec.consumer_name(None);
-        Ok(Self { spec, resolved, selection, stream_arns, root_start, consumer_name })
+        Ok(Self { spec, resolved, selection, stream_arns, root_start, consumer_name, window })
     }
 
     /// The spec as written.
@@ -126,6 +140,11 @@ impl WorkerConfig {
     /// The spec's settings with defaults applied.
     pub fn resolved(&self) -> &ResolvedSpec {
         &self.resolved
+    }
+
+    /// The bounds of `spec.window`, for a bounded consumer.
+    pub fn window(&self) -> Option<leasehold_crds::WindowBounds> {
+        self.window
     }
 }
 

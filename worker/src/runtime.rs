@@ -147,7 +147,14 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
     let stop = shutdown.child_token();
     if let (Some(_), StreamSelection::Named(streams)) = (config.window, &config.selection) {
         let interval = config.resolved.durations.shard_sync_interval;
-        let watch = crate::window::watch(store_for_window, window_kinesis, streams.clone(), interval, metrics.clone(), stop.clone());
+        let watch = crate::window::watch(
+            store_for_window,
+            window_kinesis,
+            streams.clone(),
+            interval,
+            metrics.clone(),
+            stop.clone(),
+        );
         tokio::spawn(watch);
     }
     coordinator.run(stop).await;

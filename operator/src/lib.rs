@@ -23,6 +23,7 @@ pub mod readiness;
 pub mod shards;
 pub mod stream_consumers;
 pub mod table;
+pub mod window;
 
 /// Field manager under which the operator writes every object with server-side apply.
 pub const FIELD_MANAGER: &str = "leasehold-operator";

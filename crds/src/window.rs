@@ -29,12 +29,12 @@ const WINDOW_END_PATTERN: &str =
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WindowSpec {
     /// First arrival time replayed (RFC 3339, UTC), inclusive.
-    #[schemars(regex(pattern = WINDOW_START_PATTERN))]
+    #[schemars(regex(pattern = WINDOW_START_PATTERN), length(max = 40))]
     pub start: String,
     /// Last arrival time replayed (RFC 3339, UTC), inclusive; or `now`: the resource's creation time
     /// (`metadata.creationTimestamp`, which the operator writes into the workers' config, so every
     /// restart agrees).
-    #[schemars(regex(pattern = WINDOW_END_PATTERN))]
+    #[schemars(regex(pattern = WINDOW_END_PATTERN), length(max = 40))]
     pub end: String,
     /// What happens to the window's lease table once the window is `Completed` (or the resource is
     /// deleted before): `Delete` (default) or `Retain`.

@@ -246,6 +246,22 @@ mod tests {
     }
 
     #[test]
+    fn a_window_starts_at_its_start_and_needs_a_concrete_end() {
+        let config = parse(
+            "streams: [{name: orders}]\nprocessor: {stdout: {}}\n\
+             window: {start: '2026-12-03T14:00:00Z', end: '2026-12-03T15:00:00Z'}",
+        )
+        .expect("valid");
+        let window = config.window().expect("window");
+        assert_eq!(config.root_start, Checkpoint::AtTimestamp(window.start_ms));
+        let err = parse(
+            "streams: [{name: orders}]\nprocessor: {stdout: {}}\nwindow: {start: '2026-12-03T14:00:00Z', end: now}",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("spec.window.end: `now` is pinned by the operator"), "{err}");
+    }
+
+    #[test]
     fn assignment_selects_exact_shards() {
         let config = parse("assignment: {shards: ['orders:shardId-000000000001']}\nprocessor: {stdout: {}}").unwrap();
         assert!(matches!(config.selection, StreamSelection::Assigned(ref keys) if keys.len() == 1));

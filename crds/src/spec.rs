@@ -26,6 +26,12 @@ const ASSIGNED_SHARD_PATTERN: &str = r"^[a-zA-Z0-9_.-]{1,128}:[\s\S]+$";
 #[x_kube(validation = Rule::new("!has(self.retry) || !has(self.retry.bisect) || !self.retry.bisect || (has(self.processor.http) && has(self.processor.http.batch) && has(self.processor.http.batch.maxRecords) && self.processor.http.batch.maxRecords > 1)").message("retry.bisect needs processor.http.batch.maxRecords above 1 (it splits http batches)").field_path(".retry.bisect"))]
 #[x_kube(validation = Rule::new("!has(self.workers) || !has(self.workers.autoscaling) || !has(self.workers.autoscaling.lag) || has(self.leaseTable)").message("workers.autoscaling.lag needs leaseTable: the lag is read from the lease rows").field_path(".workers.autoscaling.lag"))]
 #[x_kube(validation = Rule::new("has(self.startTimestamp) == (has(self.startPosition) && self.startPosition == 'AT_TIMESTAMP')").message("startTimestamp is required with, and allowed only with, startPosition AT_TIMESTAMP").field_path(".startTimestamp"))]
+#[x_kube(validation = Rule::new("!has(self.window) || (!has(self.startPosition) && !has(self.startTimestamp))").message("a window starts at window.start: leave startPosition and startTimestamp out").field_path(".window"))]
+#[x_kube(validation = Rule::new("!has(self.window) || !has(self.assignment)").message("a window reads every shard of its streams: leave assignment out").field_path(".window"))]
+#[x_kube(validation = Rule::new("!has(self.window) || !has(self.streamPattern)").message("a window reads named streams: give streams, not streamPattern").field_path(".window"))]
+#[x_kube(validation = Rule::new("!has(self.window) || !has(self.leaseTable)").message("a window's lease table is named and created by the operator: leave leaseTable out").field_path(".window"))]
+#[x_kube(validation = Rule::new("!has(self.window) || !has(self.reader) || !has(self.reader.mode) || self.reader.mode != 'fanOut'").message("a window is read by polling: leave reader.mode fanOut out").field_path(".window"))]
+#[x_kube(validation = Rule::new("!has(self.window) || self.window.end == 'now' || !(self.window.start.endsWith('Z') && self.window.end.endsWith('Z') && self.window.start.contains('T') && self.window.end.contains('T')) || timestamp(self.window.start) < timestamp(self.window.end)").message("window.end must be later than window.start").field_path(".window.end"))]
 #[kube(
     group = "leasehold.io",
     version = "v1alpha1",
@@ -113,6 +119,10 @@ pub struct StreamConsumerSpec {
     /// Scale the workers to zero while true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// A bounded consumer: replay the records that arrived between `window.start` and `window.end`,
+    /// with a lease table of its own, then finish (docs/operations.md, "Replay").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::window::WindowSpec>,
 }
 
 /// Keeps the doc comment (and so the default it states) of a field whose type is an optional enum:

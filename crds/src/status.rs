@@ -43,6 +43,9 @@ pub struct StreamConsumerStatus {
     /// from one reconcile to the next.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lag_scaling: Option<LagScalingStatus>,
+    /// A window consumer's progress (with `spec.window`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window: Option<crate::window::WindowStatus>,
 }
 
 /// The lag of a consumer's shards as read from its lease rows. Only rows with a live holder count: a

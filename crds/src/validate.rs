@@ -165,6 +165,7 @@ impl StreamConsumerSpec {
         self.check_processor(&mut errors);
         self.check_workers(&mut errors);
         self.check_numbers(&mut errors);
+        crate::window::check(self, &mut errors);
         if let Some(table) = &self.lease_table
             && !valid_table_name(&table.name)
         {

@@ -168,6 +168,7 @@ pub fn worker_spec(consumer: &StreamConsumer) -> StreamConsumerSpec {
     if let (true, None, Some(namespace)) = (fan_out, &spec.reader.consumer_name, consumer.namespace()) {
         spec.reader.consumer_name = Some(spec.consumer_name(Some((&namespace, &consumer.name_any()))));
     }
+    crate::window::pin_for_workers(consumer, &mut spec);
     spec
 }
 

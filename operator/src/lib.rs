@@ -24,6 +24,7 @@ pub mod shards;
 pub mod stream_consumers;
 pub mod table;
 pub mod table_capacity;
+pub mod window;
 
 /// Field manager under which the operator writes every object with server-side apply.
 pub const FIELD_MANAGER: &str = "leasehold-operator";

@@ -67,6 +67,8 @@ pub struct WorkerConfig {
     /// The stream consumer of `reader.mode: fanOut`: `reader.consumerName`, else the lease table's
     /// name, else `leasehold` (the operator writes `reader.consumerName` for its workers).
     pub(crate) consumer_name: String,
+    /// `spec.window`'s bounds: a bounded consumer (the root start is then `AT_TIMESTAMP start`).
+    pub(crate) window: Option<leasehold_crds::WindowBounds>,
 }
 
 impl WorkerConfig {
@@ -112,10 +114,22 @@ impl WorkerConfig {
                 Checkpoint::AtTimestamp(i64::try_from(ms).unwrap_or(i64::MAX))
             }
         };
+        let window = match &spec.window {
+            None => None,
+            Some(window) => Some(window.bounds(None).ok_or_else(|| {
+                invalid(vec![FieldError {
+                    field: "spec.window.end".into(),
+                    message: "`now` is pinned by the operator (to the resource's creation time); a worker's \
+                              config needs a time"
+                        .into(),
+                }])
+            })?),
+        };
+        let root_start = window.map_or(root_start, |w| Checkpoint::AtTimestamp(w.start_ms));
         let stream_arns =
             spec.streams.iter().filter_map(|s| Some((s.stream_name().to_string(), s.arn.clone()?))).collect();
         let consumer_name = spec.consumer_name(None);
-        Ok(Self { spec, resolved, selection, stream_arns, root_start, consumer_name })
+        Ok(Self { spec, resolved, selection, stream_arns, root_start, consumer_name, window })
     }
 
     /// The spec as written.
@@ -126,6 +140,11 @@ impl WorkerConfig {
     /// The spec's settings with defaults applied.
     pub fn resolved(&self) -> &ResolvedSpec {
         &self.resolved
+    }
+
+    /// The bounds of `spec.window`, for a bounded consumer.
+    pub fn window(&self) -> Option<leasehold_crds::WindowBounds> {
+        self.window
     }
 }
 
@@ -224,6 +243,22 @@ mod tests {
         let config = WorkerConfig::from_spec(spec).expect("valid");
         assert_eq!(config.spec().streams.len(), 1);
         assert_eq!(config.root_start, Checkpoint::Latest);
+    }
+
+    #[test]
+    fn a_window_starts_at_its_start_and_needs_a_concrete_end() {
+        let config = parse(
+            "streams: [{name: orders}]\nprocessor: {stdout: {}}\n\
+             window: {start: '2026-12-03T14:00:00Z', end: '2026-12-03T15:00:00Z'}",
+        )
+        .expect("valid");
+        let window = config.window().expect("window");
+        assert_eq!(config.root_start, Checkpoint::AtTimestamp(window.start_ms));
+        let err = parse(
+            "streams: [{name: orders}]\nprocessor: {stdout: {}}\nwindow: {start: '2026-12-03T14:00:00Z', end: now}",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("spec.window.end: `now` is pinned by the operator"), "{err}");
     }
 
     #[test]

@@ -53,6 +53,7 @@ mod shard;
 pub mod signals;
 pub mod stream_consumer;
 pub mod streams;
+pub mod window;
 
 #[cfg(feature = "cli")]
 pub use cli::{main, main_with_processor};

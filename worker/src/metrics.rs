@@ -106,6 +106,17 @@ pub struct Metrics {
     pub(crate) get_records_timeouts: Counter,
     /// A shard's GetRecords page limit while shrunk below `maxRecords` after timeouts, per shard.
     pub(crate) get_records_limit: Family<Labels, Gauge>,
+    /// Window consumers (`spec.window`): records inside the window handed to the processor.
+    pub(crate) window_records_replayed: Counter,
+    /// Window consumers: records read that arrived before `window.start` (a child's older records),
+    /// passed over unprocessed.
+    pub(crate) window_records_before_start: Counter,
+    /// Window consumers: shards finished, by `reason` (`past_end`: a record after `window.end` was
+    /// read; `tip_passed`: nothing after `end` yet and the clock is past `end` + `tipSlack`;
+    /// `shard_end`: the shard closed before either).
+    pub(crate) window_shards_finished: Family<Labels, Counter>,
+    /// Window consumers: 1 once every shard of the window is finished (the worker then exits 0).
+    pub(crate) window_completed: Gauge,
     /// True while the coordinator runs (served as `/readyz`).
     ready: AtomicBool,
 }
@@ -146,16 +157,50 @@ impl Default for Metrics {
             fanout_consumers_registered: Counter::default(),
             get_records_timeouts: Counter::default(),
             get_records_limit: Family::default(),
+            window_records_replayed: Counter::default(),
+            window_records_before_start: Counter::default(),
+            window_shards_finished: Family::default(),
+            window_completed: Gauge::default(),
             ready: AtomicBool::new(false),
         };
         // Registered metrics share their storage with the fields above (they are handles).
         metrics.register_processing_and_leases();
         metrics.register_reading();
+        metrics.register_window();
         metrics
     }
 }
 
 impl Metrics {
+    /// Registers the series of window consumers (`spec.window`).
+    fn register_window(&mut self) {
+        self.registry.register(
+            "window_records_replayed",
+            "Window consumers: records inside the window handed to the processor",
+            self.window_records_replayed.clone(),
+        );
+        self.registry.register(
+            "window_records_before_start",
+            "Window consumers: records read that arrived before window.start, passed over",
+            self.window_records_before_start.clone(),
+        );
+        self.registry.register(
+            "window_shards_finished",
+            "Window consumers: shards finished, by reason (past_end, tip_passed, shard_end)",
+            self.window_shards_finished.clone(),
+        );
+        self.registry.register(
+            "window_completed",
+            "Window consumers: 1 once every shard of the window is finished",
+            self.window_completed.clone(),
+        );
+    }
+
+    /// Counts a window shard finished for `reason`.
+    pub(crate) fn window_shard_finished(&self, reason: &str) {
+        self.window_shards_finished.get_or_create(&label("reason", reason)).inc();
+    }
+
     /// Registers the series of processing records and of the lease table.
     fn register_processing_and_leases(&mut self) {
         self.registry.register("records_processed", "Records processed successfully", self.records_processed.clone());

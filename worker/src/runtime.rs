@@ -134,6 +134,7 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
     }
     let sync = ShardSync::new(kinesis.clone(), config.selection.clone(), config.root_start.clone());
     let keys = Arc::new(LeaseTableKeys(store.clone()));
+    let (store_for_window, window_kinesis) = (store.clone(), kinesis.clone());
     let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?.with_requeue_keys(keys);
     let settings = coordinator_settings(&config);
     let mut coordinator =
@@ -142,7 +143,21 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
         coordinator = coordinator.with_handoff_inbox(inbox.for_streams(config.selection.clone()));
     }
     metrics.set_ready(true);
-    coordinator.run(shutdown).await;
+    // A window consumer stops by itself once every shard of its window is finished (exit 0).
+    let stop = shutdown.child_token();
+    if let (Some(_), StreamSelection::Named(streams)) = (config.window, &config.selection) {
+        let interval = config.resolved.durations.shard_sync_interval;
+        let watch = crate::window::watch(
+            store_for_window,
+            window_kinesis,
+            streams.clone(),
+            interval,
+            metrics.clone(),
+            stop.clone(),
+        );
+        tokio::spawn(watch);
+    }
+    coordinator.run(stop).await;
     metrics.set_ready(false);
     Ok(())
 }
@@ -213,7 +228,7 @@ fn coordinator_settings(config: &WorkerConfig) -> CoordinatorSettings {
         shard_sync_interval: durations.shard_sync_interval,
         graceful_timeout: durations.graceful_timeout,
         handoff_timeout: durations.lease,
-        reader: ReaderSettings::from_spec(resolved),
+        reader: ReaderSettings { window: config.window, ..ReaderSettings::from_spec(resolved) },
         assigned: match &config.selection {
             StreamSelection::Assigned(keys) => Some(keys.clone()),
             _ => None,

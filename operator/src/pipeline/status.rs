@@ -50,6 +50,8 @@ pub fn status_of(consumer: &StreamConsumer, report: &Report) -> StreamConsumerSt
         capacity: report.capacity.clone(),
         lag: report.lag.clone(),
         lag_scaling: report.lag_scaling.clone(),
+        // Window progress is not reported by the operator yet (docs/operations.md, "Replay").
+        window: None,
     }
 }
 

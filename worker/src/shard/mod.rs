@@ -11,7 +11,7 @@ mod unpack;
 use std::sync::Arc;
 use std::time::Duration;
 
-use leasehold_crds::{ReaderMode, ResolvedSpec};
+use leasehold_crds::{ReaderMode, ResolvedSpec, WindowBounds};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -53,6 +53,10 @@ pub struct ReaderSettings {
     /// with one GetRecords (`lease.shardSyncInterval`), since an implementation may never end a closed
     /// shard's subscription.
     pub end_check_interval: Duration,
+    /// A bounded consumer's window (`spec.window`): records that arrived before its start are passed
+    /// over, and the shard is finished (`SHARD_END`) at its first record after its end, or once the
+    /// tip has passed its end.
+    pub window: Option<WindowBounds>,
 }
 
 impl ReaderSettings {
@@ -70,6 +74,7 @@ impl ReaderSettings {
             subscription_idle_timeout: spec.durations.subscription_idle_timeout,
             resubscribe_limit: spec.durations.lease,
             end_check_interval: spec.durations.shard_sync_interval,
+            window: None,
         }
     }
 }
@@ -295,7 +300,7 @@ impl ShardReader {
                 }
                 match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
                     Ok(Some(it)) => it,
-                    Ok(None) => return self.finish(d, cursor).await.map(Polled::Exit),
+                    Ok(None) => return self.finish_window(d, cursor, "shard_end").await.map(Polled::Exit),
                     Err(e) => return Ok(Polled::Failed(e)),
                 }
             }
@@ -339,12 +344,17 @@ impl ShardReader {
         };
         polling.failures = Box::new(read_backoff());
         let empty = batch.records.is_empty();
+        let caught_up = batch.millis_behind.unwrap_or(0) == 0;
         if let Some(exit) = self.deliver(d, cursor, &mut polling.unpacker, batch.records, batch.millis_behind).await? {
             return Ok(Polled::Exit(exit));
         }
         polling.iterator = batch.next_iterator;
         if polling.iterator.is_none() {
-            return self.finish(d, cursor).await.map(Polled::Exit);
+            return self.finish_window(d, cursor, "shard_end").await.map(Polled::Exit);
+        }
+        if empty && caught_up && self.tip_passed_window() {
+            tracing::info!(shard = %key, "window: nothing after its end yet and the tip has passed it; shard finished");
+            return self.finish_window(d, cursor, "tip_passed").await.map(Polled::Exit);
         }
         self.maybe_checkpoint(d, cursor).await?;
         if empty {
@@ -382,7 +392,21 @@ impl ShardReader {
         }
         self.run.held.lag().measure(self.run.held.wall_ms());
         let last_fetched = records.last().map(|r| r.sequence_number.clone());
+        let window = self.run.settings.window;
         for record in records {
+            if let (Some(window), Some(arrival)) = (window, record.arrival_ms) {
+                if arrival > window.end_ms {
+                    // The shard's first record after the window: it and everything after stay unread.
+                    tracing::info!(shard = %key, sequence = %record.sequence_number,
+                        "window: first record after its end; shard finished");
+                    return self.finish_window(d, cursor, "past_end").await.map(Some);
+                }
+                if arrival < window.start_ms {
+                    // A child read from its oldest record holds records from before the window.
+                    self.run.runner.metrics().window_records_before_start.inc();
+                    continue;
+                }
+            }
             let deaggregated = unpacker.deaggregate(&record);
             if unpacker.wants_range(&record, &deaggregated) {
                 let listed = self.drive(d, self.kinesis.hash_key_range(key.stream(), key.shard_id())).await?;
@@ -399,6 +423,9 @@ impl ShardReader {
                 }
                 let pushed = d.push(record, covers);
                 self.stepped(d, pushed.map(|()| true))?;
+                if window.is_some() {
+                    self.run.runner.metrics().window_records_replayed.inc();
+                }
             }
         }
         if let Some(sequence) = last_fetched {
@@ -548,6 +575,28 @@ impl ShardReader {
         // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
         self.drive(d, self.wait(Some(Instant::now() + delay))).await?;
         Ok(Step::Continue)
+    }
+
+    /// True for a window consumer whose wall clock is past the window's end by its tip slack: a shard
+    /// with nothing more to read (and not behind the tip) holds no record of the window any more. The
+    /// wall clock stands in for the stream's tip because emulators report `MillisBehindLatest` 0
+    /// always; the slack covers records in flight at `end` and clock skew with Kinesis.
+    fn tip_passed_window(&self) -> bool {
+        let Some(window) = self.run.settings.window else { return false };
+        let slack = i64::try_from(window.tip_slack.as_millis()).unwrap_or(i64::MAX);
+        self.run.held.wall_ms() > window.end_ms.saturating_add(slack)
+    }
+
+    /// [`finish`](Self::finish), counted for a window consumer by `reason` (past_end, tip_passed,
+    /// shard_end). A window's shard finished early is checkpointed `SHARD_END` like one read to its
+    /// end: it is never read again, and its children (which hold only later records) get rows and
+    /// are finished at their first record.
+    async fn finish_window(&self, d: &mut Dispatcher, cursor: &Cursor, reason: &str) -> Flow<ShardExit> {
+        let exit = self.finish(d, cursor).await?;
+        if self.run.settings.window.is_some() && exit == ShardExit::Ended {
+            self.run.runner.metrics().window_shard_finished(reason);
+        }
+        Ok(exit)
     }
 
     /// The shard is read to its end: once every record is done, checkpoint `SHARD_END`.

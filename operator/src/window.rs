@@ -1,0 +1,66 @@
+//! Window consumers (`spec.window`) as the workers see them: the end pinned, the table named
+//! (docs/operations.md, "Replay").
+
+use kube::ResourceExt;
+use leasehold_crds::{
+    BillingMode, DeletionPolicy, END_NOW, LeaseTableSpec, StreamConsumer, StreamConsumerSpec, format_time_ms,
+    window_table_name,
+};
+
+/// Writes into `spec` (the workers' copy of `consumer`'s) what a window's workers need decided for
+/// them: `end: now` pinned to the resource's creation time (every restart agrees on it), and the lease
+/// table the operator names for the window. A spec without `window` is left as it is.
+pub fn pin_for_workers(consumer: &StreamConsumer, spec: &mut StreamConsumerSpec) {
+    let Some(window) = spec.window.as_mut() else { return };
+    if window.end == END_NOW
+        && let Some(created) = &consumer.metadata.creation_timestamp
+    {
+        window.end = format_time_ms(created.0.as_millisecond());
+    }
+    let table = window_table_name(&consumer.namespace().unwrap_or_default(), &consumer.name_any());
+    // The worker itself never deletes a table; the operator does, per window.deletionPolicy.
+    spec.lease_table = Some(LeaseTableSpec {
+        name: table,
+        billing_mode: Some(BillingMode::PayPerRequest),
+        deletion_policy: Some(DeletionPolicy::Retain),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn consumer(window: &str) -> StreamConsumer {
+        let spec: StreamConsumerSpec =
+            serde_yaml_ng::from_str(&format!("streams: [{{name: orders}}]\nprocessor: {{stdout: {{}}}}\n{window}"))
+                .expect("spec");
+        let mut consumer = StreamConsumer::new("orders-replay", spec);
+        consumer.metadata.namespace = Some("shop".into());
+        consumer.metadata.creation_timestamp = Some(Time("2026-12-03T15:00:00Z".parse().expect("time")));
+        consumer
+    }
+
+    #[test]
+    fn now_is_pinned_to_the_creation_time_and_the_table_named() {
+        let c = consumer("window: {start: '2026-12-03T14:00:00Z', end: now}\n");
+        let mut spec = c.spec.clone();
+        pin_for_workers(&c, &mut spec);
+        let window = spec.window.as_ref().expect("window");
+        assert_eq!(window.end, "2026-12-03T15:00:00.000Z");
+        assert_eq!(spec.lease_table.as_ref().map(|t| t.name.as_str()), Some("leasehold-window-shop-orders-replay"));
+        let bounds = window.bounds(None).expect("a concrete end the worker reads");
+        assert_eq!(bounds.end_ms - bounds.start_ms, 3_600_000);
+        let mut again = c.spec.clone();
+        pin_for_workers(&c, &mut again);
+        assert_eq!(again, spec, "every reconcile pins the same end");
+    }
+
+    #[test]
+    fn a_live_spec_is_left_as_it_is() {
+        let c = consumer("");
+        let mut spec = c.spec.clone();
+        pin_for_workers(&c, &mut spec);
+        assert_eq!(spec, c.spec);
+    }
+}

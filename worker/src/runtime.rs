@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 use crate::backoff::{Backoff, Jitter};
 use crate::config::WorkerConfig;
-use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, ScanMode};
+use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, Mode};
 use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
@@ -229,13 +229,10 @@ fn coordinator_settings(config: &WorkerConfig) -> CoordinatorSettings {
         graceful_timeout: durations.graceful_timeout,
         handoff_timeout: durations.lease,
         reader: ReaderSettings { window: config.window, ..ReaderSettings::from_spec(resolved) },
-        assigned: match &config.selection {
-            StreamSelection::Assigned(keys) => Some(keys.clone()),
-            _ => None,
-        },
-        scan: match resolved.lease_scan {
-            LeaseScan::Full => ScanMode::Full,
-            LeaseScan::Segmented => ScanMode::Segmented { rows_per_segment: resolved.segment_rows },
+        mode: match (&config.selection, resolved.lease_scan) {
+            (StreamSelection::Assigned(keys), _) => Mode::Assigned(keys.clone()),
+            (_, LeaseScan::Full) => Mode::Full,
+            (_, LeaseScan::Segmented) => Mode::Segmented { rows_per_segment: resolved.segment_rows },
         },
     }
 }

@@ -593,7 +593,7 @@ impl Coordinator {
         self.metrics().handoff_noticed("received");
         tracing::info!(from = notice.from, leases = notice.leases.len(), "handoff notice received");
         // A draining worker takes nothing, however it hears of a free row (its last plan said so).
-        if self.settings.assigned.is_some() || self.share.2 {
+        if !self.role.is_member() || self.share.draining {
             return;
         }
         let mut allowance =
@@ -636,7 +636,7 @@ impl Coordinator {
     /// Which peer each held lease is freed for at shutdown (see [`Peers::assign`]); none without a
     /// secret to sign notices with.
     pub(super) fn notice_plan(&self) -> HashMap<LeaseKey, String> {
-        if self.settings.assigned.is_some() || self.handoffs.sender.secret.is_none() {
+        if !self.role.is_member() || self.handoffs.sender.secret.is_none() {
             return HashMap::new();
         }
         self.handoffs.peers.assign(self.running.keys().cloned())

@@ -20,9 +20,13 @@
 //! after its holder stops, and none stalls the group meanwhile (rows are only created later).
 //!
 //! [`SegmentedScan`] holds what this mode keeps between scans and decides from what was read (pure:
-//! unit-tested below with a paused clock); the reads and writes are the coordinator's (`io.rs`).
+//! unit-tested below with a paused clock); the coordinator's reads, plan and acts for it are in
+//! `read.rs`, `plan.rs` and `act.rs` beside it, and which worker reads which segment in `segments.rs`.
 
-mod io;
+mod act;
+mod plan;
+mod read;
+pub(super) mod segments;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -32,8 +36,8 @@ use tokio::time::Instant;
 
 use super::CoordinatorSettings;
 use super::balance::active;
-use super::segments::{segment_count, watched};
 use crate::lease::{HeldLease, Lease, LeaseKey, LeasePage, Member, changes_key};
+use segments::{segment_count, watched};
 
 /// The name of the shard discovery's term row.
 const DISCOVERY_TERM: &str = "discovery";

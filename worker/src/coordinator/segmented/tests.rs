@@ -70,8 +70,7 @@ fn settings() -> CoordinatorSettings {
         graceful_timeout: Duration::from_secs(5),
         handoff_timeout: Duration::from_secs(10),
         reader: crate::shard::ReaderSettings::default(),
-        assigned: None,
-        scan: super::super::ScanMode::Segmented { rows_per_segment: 2 },
+        mode: super::super::Mode::Segmented { rows_per_segment: 2 },
     }
 }
 

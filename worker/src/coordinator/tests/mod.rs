@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Coordinator, CoordinatorSettings, ScanMode};
+use super::{Coordinator, CoordinatorSettings, Mode};
 use crate::dispatch::Runner;
 use crate::lease::{LeaseKey, LeaseSettings, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, ShardLeases};
 use crate::shard::ReaderSettings;
@@ -24,7 +24,7 @@ use stand_ins::{Ignore, PausedClock, Severable, StandInShards};
 const STREAM: &str = "orders";
 const LEASE: Duration = Duration::from_secs(3);
 
-fn settings(scan: ScanMode) -> CoordinatorSettings {
+fn settings(mode: Mode) -> CoordinatorSettings {
     CoordinatorSettings {
         renew_interval: Duration::from_secs(1),
         scan_interval: Duration::from_millis(500),
@@ -32,12 +32,11 @@ fn settings(scan: ScanMode) -> CoordinatorSettings {
         graceful_timeout: Duration::from_secs(2),
         handoff_timeout: Duration::from_secs(5),
         reader: ReaderSettings::default(),
-        assigned: None,
-        scan,
+        mode,
     }
 }
 
-const SEGMENTED: ScanMode = ScanMode::Segmented { rows_per_segment: 4 };
+const SEGMENTED: Mode = Mode::Segmented { rows_per_segment: 4 };
 
 /// A running coordinator of the group.
 struct Worker {
@@ -131,13 +130,13 @@ impl Group {
     }
 }
 
-async fn group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(scan: ScanMode) {
+async fn group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(mode: Mode) {
     let mut group = Group::new(StandInShards::open(6));
-    group.start("w1", settings(scan));
+    group.start("w1", settings(mode.clone()));
     group.until_held(&[("w1", 6)], Duration::from_secs(10)).await;
-    group.start("w2", settings(scan));
+    group.start("w2", settings(mode.clone()));
     group.until_held(&[("w1", 3), ("w2", 3)], Duration::from_secs(20)).await;
-    group.start("w3", settings(scan));
+    group.start("w3", settings(mode.clone()));
     group.until_held(&[("w1", 2), ("w2", 2), ("w3", 2)], Duration::from_secs(20)).await;
     // Every move was a handoff, the new holder starting where the old one stopped (checked by
     // `stop_all`), and each join moved only the newcomer's share: 3 shards to w2, then 2 to w3.
@@ -149,7 +148,7 @@ async fn group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(scan: Scan
 
 #[tokio::test(start_paused = true)]
 async fn full_scans_split_a_group_evenly_by_handoff() {
-    group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(ScanMode::Full).await;
+    group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(Mode::Full).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -157,10 +156,10 @@ async fn segmented_scans_split_a_group_evenly_by_handoff() {
     group_splits_evenly_and_a_newcomer_gets_its_share_by_handoff(SEGMENTED).await;
 }
 
-async fn a_cut_off_workers_shards_move_after_one_lease(scan: ScanMode) {
+async fn a_cut_off_workers_shards_move_after_one_lease(mode: Mode) {
     let mut group = Group::new(StandInShards::open(12));
     for owner in ["w1", "w2", "w3"] {
-        group.start(owner, settings(scan));
+        group.start(owner, settings(mode.clone()));
     }
     group.until_held(&[("w1", 4), ("w2", 4), ("w3", 4)], Duration::from_secs(30)).await;
     group.cut("w2");
@@ -175,7 +174,7 @@ async fn a_cut_off_workers_shards_move_after_one_lease(scan: ScanMode) {
 
 #[tokio::test(start_paused = true)]
 async fn full_scans_take_a_cut_off_workers_shards_after_one_lease() {
-    a_cut_off_workers_shards_move_after_one_lease(ScanMode::Full).await;
+    a_cut_off_workers_shards_move_after_one_lease(Mode::Full).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -183,10 +182,10 @@ async fn segmented_scans_take_a_cut_off_workers_shards_after_one_lease() {
     a_cut_off_workers_shards_move_after_one_lease(SEGMENTED).await;
 }
 
-async fn shutdown_hands_every_lease_over_at_once(scan: ScanMode) {
+async fn shutdown_hands_every_lease_over_at_once(mode: Mode) {
     let mut group = Group::new(StandInShards::open(6));
-    group.start("w1", settings(scan));
-    group.start("w2", settings(scan));
+    group.start("w1", settings(mode.clone()));
+    group.start("w2", settings(mode.clone()));
     group.until_held(&[("w1", 3), ("w2", 3)], Duration::from_secs(20)).await;
     let stopped = Instant::now();
     group.stop("w1").await;
@@ -199,7 +198,7 @@ async fn shutdown_hands_every_lease_over_at_once(scan: ScanMode) {
 
 #[tokio::test(start_paused = true)]
 async fn full_scans_hand_every_lease_over_at_shutdown() {
-    shutdown_hands_every_lease_over_at_once(ScanMode::Full).await;
+    shutdown_hands_every_lease_over_at_once(Mode::Full).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -207,15 +206,15 @@ async fn segmented_scans_hand_every_lease_over_at_shutdown() {
     shutdown_hands_every_lease_over_at_once(SEGMENTED).await;
 }
 
-async fn a_child_is_read_only_after_its_parents_ended(scan: ScanMode) {
+async fn a_child_is_read_only_after_its_parents_ended(mode: Mode) {
     let mut shards = StandInShards::open(2);
     shards.shards.push(("parent-a".into(), vec![]));
     shards.shards.push(("parent-b".into(), vec![]));
     shards.shards.push(("child".into(), vec!["parent-a".into(), "parent-b".into()]));
     shards.ending = ["parent-a".to_string(), "parent-b".to_string()].into();
     let mut group = Group::new(shards);
-    group.start("w1", settings(scan));
-    group.start("w2", settings(scan));
+    group.start("w1", settings(mode.clone()));
+    group.start("w2", settings(mode.clone()));
     // Three open shards in the end (two plus the child) split 2/1.
     group
         .until("the open shards split 2/1", Duration::from_secs(30), |holders| {
@@ -236,7 +235,7 @@ async fn a_child_is_read_only_after_its_parents_ended(scan: ScanMode) {
 
 #[tokio::test(start_paused = true)]
 async fn full_scans_read_a_child_only_after_its_parents_ended() {
-    a_child_is_read_only_after_its_parents_ended(ScanMode::Full).await;
+    a_child_is_read_only_after_its_parents_ended(Mode::Full).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -248,7 +247,7 @@ async fn segmented_scans_read_a_child_only_after_its_parents_ended() {
 async fn manual_assignment_runs_exactly_the_assigned_shards_without_membership() {
     let mut group = Group::new(StandInShards::open(4));
     let assigned = |shards: &[&str]| CoordinatorSettings {
-        assigned: Some(shards.iter().map(|s| LeaseKey::new(STREAM, *s)).collect()),
+        mode: Mode::Assigned(shards.iter().map(|s| LeaseKey::new(STREAM, *s)).collect()),
         ..settings(SEGMENTED)
     };
     group.start("w1", assigned(&["shard-00"]));
@@ -286,11 +285,11 @@ async fn a_segmented_group_at_rest_reads_the_whole_table_rarely() {
     group.stop_all().await;
 }
 
-async fn a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(scan: ScanMode) {
+async fn a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(mode: Mode) {
     let mut group = Group::new(StandInShards::open(6));
-    group.start("w1", settings(scan));
+    group.start("w1", settings(mode.clone()));
     group.until_held(&[("w1", 6)], Duration::from_secs(10)).await;
-    group.start("w2", settings(scan));
+    group.start("w2", settings(mode.clone()));
     // The moment a row names w2 as its holder (handed over by w1) before w2 reads it.
     let onlooker = group.onlooker();
     let started = Instant::now();
@@ -313,7 +312,7 @@ async fn a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(sca
 
 #[tokio::test(start_paused = true)]
 async fn full_scans_get_back_rows_handed_to_a_worker_that_stopped_before_reading_them() {
-    a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(ScanMode::Full).await;
+    a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(Mode::Full).await;
 }
 
 #[tokio::test(start_paused = true)]

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use common::{Run, run, wait_until};
+use common::{Run, run, wait_for};
 use leasehold_testkit::kinesis::{open_shards, put_records, read_shard};
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor, shared};
 use leasehold_worker::{Metrics, WorkerConfig, runtime};
@@ -219,13 +219,10 @@ where
     let worker = Worker::start(&worker_config(&stream, &table, &destination.spec));
     put_records(&kinesis, &stream, &written).await;
     let (metrics, total) = (worker.metrics.clone(), written.len() as u64);
-    wait_until("every record processed or dead-lettered", Duration::from_secs(90), || {
-        let metrics = metrics.clone();
-        async move {
-            counted(&metrics, "leasehold_records_processed_total")
-                + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
-                >= total
-        }
+    wait_for("every record processed or dead-lettered", Duration::from_secs(90), async || {
+        counted(&metrics, "leasehold_records_processed_total")
+            + counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#)
+            >= total
     })
     .await;
     assert_eq!(counted(&worker.metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#), failing as u64);
@@ -263,11 +260,8 @@ where
     );
     assert_eq!(rerun["destinations"][destination.name]["marked"], failing - (CRASH_AFTER - 1));
     let processor = worker.processor.clone();
-    wait_until("every redriven record processed", Duration::from_secs(60), || {
-        let processor = processor.clone();
-        async move { processor.redriven().len() > failing }
-    })
-    .await;
+    wait_for("every redriven record processed", Duration::from_secs(60), async || processor.redriven().len() > failing)
+        .await;
 
     let again = cli(redrive(&table, &destination, &["--execute"])).await.expect_code(0).json();
     assert_eq!(again["records"], 0, "a second run finds nothing to do: {again:#}");
@@ -441,9 +435,8 @@ fn a_cut_letter_is_redriven_once_from_its_whole_copy() {
         ));
         put_records(&kinesis, &stream, &written).await;
         let metrics = worker.metrics.clone();
-        wait_until("every record dead-lettered", Duration::from_secs(60), || {
-            let metrics = metrics.clone();
-            async move { counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#) >= 3 }
+        wait_for("every record dead-lettered", Duration::from_secs(60), async || {
+            counted(&metrics, r#"leasehold_records_exhausted_total{policy="deadLetter"}"#) >= 3
         })
         .await;
         worker.processor.broken.store(false, Ordering::SeqCst);
@@ -465,11 +458,8 @@ fn a_cut_letter_is_redriven_once_from_its_whole_copy() {
         assert_eq!(out["destinations"]["sqs"]["marked"], 3);
         assert_eq!(out["destinations"]["s3"]["marked"], 3);
         let processor = worker.processor.clone();
-        wait_until("the redriven records processed", Duration::from_secs(60), || {
-            let processor = processor.clone();
-            async move { processor.redriven().len() >= 3 }
-        })
-        .await;
+        wait_for("the redriven records processed", Duration::from_secs(60), async || processor.redriven().len() >= 3)
+            .await;
         let again = cli(args).await.expect_code(0).json();
         assert_eq!(again["records"], 0, "{again:#}");
         assert_eq!(again["destinations"]["s3"]["alreadyRedriven"], 3);

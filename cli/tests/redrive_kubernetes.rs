@@ -44,7 +44,7 @@ async fn install_crd(client: &Client) {
     crds.patch(&crd.name_any(), &PatchParams::apply("leasehold-cli-tests").force(), &Patch::Apply(&crd))
         .await
         .expect("apply CRD");
-    wait_until("the CRD is established", Duration::from_secs(20), || async {
+    wait_for("the CRD is established", Duration::from_secs(20), async || {
         crds.get(&crd.name_any())
             .await
             .ok()
@@ -111,11 +111,11 @@ fn a_redrive_by_name_reads_the_spec_and_posts_an_event() {
             .collect();
         assert_eq!(back, ["customer-7=order-0", "customer-7=order-1", "customer-7=order-2"]);
         let events: Api<Event> = Api::namespaced(kube.clone(), &ns);
-        let redriven = || async {
+        let redriven = async || {
             let list = events.list(&ListParams::default()).await.expect("events");
             list.items.into_iter().find(|e| e.reason.as_deref() == Some("Redriven"))
         };
-        wait_until("the Redriven event", Duration::from_secs(20), || async { redriven().await.is_some() }).await;
+        wait_for("the Redriven event", Duration::from_secs(20), async || redriven().await.is_some()).await;
         let event = redriven().await.expect("event");
         assert_eq!(event.regarding.as_ref().and_then(|r| r.name.as_deref()), Some("orders"));
         assert!(event.note.as_deref().is_some_and(|n| n.contains("put 3 dead-lettered record(s) back")), "{event:?}");

@@ -128,7 +128,7 @@ pub struct StreamConsumerSpec {
 /// Keeps the doc comment (and so the default it states) of a field whose type is an optional enum:
 /// kube's `OptionalEnum` transform hoists the enum's own schema over the field's, and the enum's
 /// description would replace the field's in the CRD and in docs/reference/spec.md.
-fn field_doc_wins(schema: &mut schemars::Schema) {
+pub(crate) fn field_doc_wins(schema: &mut schemars::Schema) {
     if let Some(any_of) = schema.get_mut("anyOf").and_then(serde_json::Value::as_array_mut) {
         for alternative in any_of.iter_mut().filter_map(serde_json::Value::as_object_mut) {
             alternative.remove("description");

@@ -39,6 +39,7 @@ pub struct WindowSpec {
     /// What happens to the window's lease table once the window is `Completed` (or the resource is
     /// deleted before): `Delete` (default) or `Retain`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(transform = crate::spec::field_doc_wins)]
     pub deletion_policy: Option<DeletionPolicy>,
     /// How far past `end` the wall clock must be, with nothing more to read on a shard, before that
     /// shard is finished (covers records still in flight at `end` and clock skew). Default 5s.

@@ -23,6 +23,8 @@ pub fn pin_for_workers(consumer: &StreamConsumer, spec: &mut StreamConsumerSpec)
         name: table,
         billing_mode: Some(BillingMode::PayPerRequest),
         deletion_policy: Some(DeletionPolicy::Retain),
+        read_capacity: None,
+        write_capacity: None,
     });
 }
 

@@ -73,8 +73,9 @@ async fn a_window_replays_exactly_its_records_across_a_split_while_the_live_grou
 
     // The live group, untouched by the window, reads everything exactly once.
     let all: Vec<_> = before.iter().chain(&inside).chain(&after).cloned().collect();
-    wait_for("the live worker reads every record", Duration::from_secs(60), || {
+    wait_for("the live worker reads every record", Duration::from_secs(60), async || {
         distinct(&live.deliveries()).len() >= all.len()
-    });
+    })
+    .await;
     assert_exactly_once(&live.deliveries(), &all);
 }

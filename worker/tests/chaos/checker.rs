@@ -299,7 +299,11 @@ fn check_holders(key: &str, list: &[&Write], by_id: &HashMap<&str, &Facts>, rule
     let mut holder: Option<(&str, Instant)> = None;
     let mut creates = 0;
     let mut row_owner: Option<&str> = None;
+    // A row handed over (ReleaseTo) is the asker's before it acquires it: a worker that stops before
+    // reading it releases it unread, conditioned on being its owner (`release_handed_unread`).
+    let mut handed_to_writer_unread = false;
     for w in list {
+        let handed_unread = std::mem::replace(&mut handed_to_writer_unread, w.kind == Kind::ReleaseTo);
         let owner_changed = w.owner.as_deref() != row_owner;
         if !matches!(w.kind, Kind::Delete | Kind::Create) {
             row_owner = w.owner.as_deref();
@@ -353,6 +357,7 @@ fn check_holders(key: &str, list: &[&Write], by_id: &HashMap<&str, &Facts>, rule
                     Some((h, deadline)) if h == w.by => {
                         (w.arrived > deadline + rules.margin).then(|| w.arrived - deadline)
                     }
+                    None if handed_unread && w.kind == Kind::Release && w.checkpoint_written.is_none() => None,
                     _ => {
                         verdict.violations.push(violation(
                             "only the holder writes",

@@ -163,21 +163,44 @@ async fn request_handoffs(
         others.iter().map(|w| (*w, snapshot.leases.iter().filter(|l| l.is_held_by(w)).count())).collect();
     let mut written: Vec<(Lease, String)> = Vec::new();
     for lease in held {
-        if lease.handoff_to.as_deref().is_some_and(|asker| others.contains(&asker)) {
+        // A lease a live worker asked for already counts toward that worker, or the next lease would
+        // go to it too and leave the group uneven after the drain.
+        if let Some(asker) = asked_by(lease, others) {
+            count_toward(&mut load, asker);
             continue;
         }
         let Some((&to, _)) = load.iter().min_by_key(|(w, n)| (**n, **w)) else { break };
         match target.store(to).request_handoff(lease).await {
             Ok(row) => {
                 written.push((row, to.to_string()));
-                *load.entry(to).or_default() += 1;
+                count_toward(&mut load, to);
             }
-            // The row moved since the read (handed over already, or asked for by a worker): leave it.
-            Err(e) if e.is_not_held() => {}
+            // The row moved since the read (handed over already, or asked for by a worker since the
+            // mark): leave it, counted toward whoever has it or asked for it now.
+            Err(e) if e.is_not_held() => {
+                let now = target.store(to).get(&lease.key).await?;
+                let handed_to = now.as_ref().and_then(|row| row.owner.as_deref()).filter(|o| others.contains(o));
+                if let Some(worker) = now.as_ref().and_then(|row| asked_by(row, others)).or(handed_to) {
+                    count_toward(&mut load, worker);
+                }
+            }
             Err(e) => return Err(e.into()),
         }
     }
     Ok(written)
+}
+
+/// The live worker (one of `others`) that asked for `lease`, if any.
+fn asked_by<'a>(lease: &Lease, others: &[&'a str]) -> Option<&'a str> {
+    let asker = lease.handoff_to.as_deref()?;
+    others.iter().copied().find(|w| *w == asker)
+}
+
+/// Adds one lease to `worker`'s count, if it is one of the workers counted.
+fn count_toward(load: &mut BTreeMap<&str, usize>, worker: &str) {
+    if let Some(n) = load.get_mut(worker) {
+        *n += 1;
+    }
 }
 
 /// Deletes the worker's pod (the consumer's namespace).

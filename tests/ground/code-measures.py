@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Code measures for the structure issues: the largest source file and the longest functions of worker/src and
-operator/src (brace-matched `fn` bodies above each file's first `#[cfg(test)]`).
+operator/src, lease/src and aws/src (brace-matched `fn` bodies above each file's first `#[cfg(test)]`).
 
   tests/ground/code-measures.py [REPO_ROOT]    # default: the repository this script is in
 """
@@ -30,7 +30,7 @@ def fns(path):
             i = j+1 if started else i+1
         else: i+=1
     return out
-for crate in ['worker/src','operator/src']:
+for crate in ['worker/src','operator/src','lease/src','aws/src']:
     files=[]; allf=[]
     for d,_,fs in os.walk(os.path.join(root,crate)):
         for f in fs:

@@ -43,7 +43,8 @@ pub mod health;
 pub mod internals;
 mod kinesis;
 mod kpl;
-pub mod lease;
+/// The lease protocol, in a crate of its own (`leasehold-lease`); `crate::lease::...` paths keep working.
+pub use leasehold_lease as lease;
 mod metrics;
 pub mod processor;
 #[cfg(feature = "cli")]

@@ -2,8 +2,7 @@
 //! sorting of SDK errors into what callers act on.
 
 mod config;
-pub mod credentials;
-mod fault;
 
 pub use config::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
-pub use fault::{Fault, classify};
+/// The sorting of SDK errors and the credentials count, in a crate of their own (`leasehold-aws`).
+pub use leasehold_aws::{Fault, classify, credentials};

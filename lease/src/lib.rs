@@ -19,26 +19,26 @@ mod lag;
 mod memory;
 mod observer;
 mod renewal;
-pub(crate) mod row;
+pub mod row;
 mod settings;
 
 use async_trait::async_trait;
 
 pub use checkpoint::{Checkpoint, InvalidCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub(crate) use dynamo::from_item;
+pub use dynamo::from_item;
 pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
 pub use error::{LeaseError, Result};
-pub(crate) use held::HeldLease;
+pub use held::HeldLease;
 pub use key::LeaseKey;
-pub(crate) use lag::{LagGauge, ShardLag};
+pub use lag::{LagGauge, ShardLag};
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
-pub(crate) use renewal::renew_until_lost;
+pub use renewal::renew_until_lost;
 pub use row::{Lease, Malformed, Member, NewLease};
 // The row format: crate-private; the workspace's tools reach it through the hidden internals module.
-pub(crate) use row::{changes_key, term_key};
+pub use row::{changes_key, term_key};
 pub use settings::LeaseSettings;
-pub(crate) use settings::unique_owner_id;
+pub use settings::unique_owner_id;
 
 /// Where a listing continues: the raw `lease_key` of the last row of the previous page.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct LeasePage {
 
 impl LeasePage {
     /// Appends `page`'s rows to this one; returns where `page` said the listing continues.
-    pub(crate) fn absorb(&mut self, page: LeasePage) -> Option<PageToken> {
+    pub fn absorb(&mut self, page: LeasePage) -> Option<PageToken> {
         self.leases.extend(page.leases);
         self.malformed.extend(page.malformed);
         self.members.extend(page.members);
@@ -70,7 +70,7 @@ impl LeasePage {
     }
 
     /// Adds one row as read to this page.
-    pub(crate) fn push(&mut self, row: std::result::Result<row::Row, Malformed>) {
+    pub fn push(&mut self, row: std::result::Result<row::Row, Malformed>) {
         match row {
             Ok(row::Row::Lease(lease)) => self.leases.push(lease),
             Ok(row::Row::Member(member)) => self.members.push(member),
@@ -81,7 +81,7 @@ impl LeasePage {
 }
 
 /// Rows read per page by [`LeaseStore::list`].
-pub(crate) const DEFAULT_PAGE_SIZE: i32 = 100;
+pub const DEFAULT_PAGE_SIZE: i32 = 100;
 
 /// Rows read per page by [`LeaseStore::list_segment`]: large, since a Scan page costs its rows' total
 /// size rounded up to 4 KB, so fewer pages waste less (DynamoDB still stops a page at 1 MB).

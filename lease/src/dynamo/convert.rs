@@ -4,10 +4,10 @@ use std::collections::HashMap;
 
 use aws_sdk_dynamodb::types::AttributeValue;
 
-use crate::lease::row::{AttrValue, Attributes};
+use crate::row::{AttrValue, Attributes};
 
 /// DynamoDB's item as the store-neutral attribute map.
-pub(crate) fn from_item(item: &HashMap<String, AttributeValue>) -> Attributes {
+pub fn from_item(item: &HashMap<String, AttributeValue>) -> Attributes {
     item.iter().map(|(name, value)| (name.clone(), from_value(value))).collect()
 }
 
@@ -29,7 +29,7 @@ fn from_value(value: &AttributeValue) -> AttrValue {
 
 /// The store-neutral attribute map as a DynamoDB item. `Other` values cannot be written back and are
 /// written as NULL.
-pub(crate) fn to_item(attrs: &Attributes) -> HashMap<String, AttributeValue> {
+pub fn to_item(attrs: &Attributes) -> HashMap<String, AttributeValue> {
     attrs
         .iter()
         .map(|(name, value)| {

@@ -3,24 +3,24 @@
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 
-use crate::aws::Fault;
-use crate::lease::error::LeaseError;
-use crate::lease::key::LeaseKey;
+use crate::error::LeaseError;
+use crate::key::LeaseKey;
+use leasehold_aws::Fault;
 
 /// What the failed request was, for the error message.
-pub(crate) struct Request<'a> {
+pub struct Request<'a> {
     pub table: &'a str,
     pub key: Option<&'a LeaseKey>,
     pub operation: &'static str,
 }
 
 /// Sorts an SDK error into a [`LeaseError`].
-pub(crate) fn classify<E>(error: SdkError<E, HttpResponse>, request: Request<'_>) -> LeaseError
+pub fn classify<E>(error: SdkError<E, HttpResponse>, request: Request<'_>) -> LeaseError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
 {
     let table = request.table.to_string();
-    let fault = crate::aws::classify(&error);
+    let fault = leasehold_aws::classify(&error);
     let throttled = fault.is_throttling();
     match fault {
         Fault::Timeout => LeaseError::Timeout { table },

@@ -441,7 +441,7 @@ mod properties {
     use proptest::prelude::*;
 
     use super::*;
-    use crate::lease::checkpoint::properties::any_checkpoint;
+    use crate::checkpoint::properties::any_checkpoint;
 
     fn any_new_lease() -> impl Strategy<Value = NewLease> {
         (

@@ -21,7 +21,7 @@ use super::row::{
 use super::settings::LeaseSettings;
 use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
 // `from_item` also for the fuzz targets (`internals::parse`).
-pub(crate) use convert::from_item;
+pub use convert::from_item;
 use convert::to_item;
 use errors::{Request, classify};
 pub use table::{TableBilling, create_table, ensure_table};
@@ -413,7 +413,7 @@ impl GroupRows for DynamoLeaseStore {
             if let Some(item) = out.item {
                 return Ok(decode_requeue_secret(&from_item(&item))?);
             }
-            let secret = crate::lease::row::new_requeue_secret();
+            let secret = crate::row::new_requeue_secret();
             let put = self
                 .client
                 .put_item()

@@ -138,13 +138,13 @@ mod tests {
 }
 
 #[cfg(test)]
-pub(crate) mod properties {
+pub mod properties {
     use proptest::prelude::*;
 
     use super::*;
 
     /// Any checkpoint a row can hold, sub-sequences included.
-    pub(crate) fn any_checkpoint() -> impl Strategy<Value = Checkpoint> {
+    pub fn any_checkpoint() -> impl Strategy<Value = Checkpoint> {
         prop_oneof![
             Just(Checkpoint::TrimHorizon),
             Just(Checkpoint::Latest),

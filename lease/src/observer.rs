@@ -19,7 +19,7 @@ struct Seen {
 
 /// What one worker has seen of each row's counter.
 #[derive(Debug, Default)]
-pub(crate) struct Observer {
+pub struct Observer {
     seen: Mutex<HashMap<LeaseKey, Seen>>,
 }
 
@@ -41,19 +41,19 @@ impl Observer {
     }
 
     /// Records a read or a successful write of `lease` at monotonic time `now`.
-    pub(crate) fn observe(&self, lease: &Lease, now: Duration) {
+    pub fn observe(&self, lease: &Lease, now: Duration) {
         self.sighting(lease.key.clone(), lease.counter, now);
     }
 
     /// Forgets a row (deleted, or a write on it failed so the last copy is stale).
-    pub(crate) fn forget(&self, key: &LeaseKey) {
+    pub fn forget(&self, key: &LeaseKey) {
         self.seen().remove(key);
     }
 
     /// Records the outcome of a write on `key` at monotonic time `now`, and passes it on: the row as
     /// written, or, after a refused or unanswered write, nothing, since our copy is stale and the
     /// caller must read again.
-    pub(crate) fn after_write(&self, key: &LeaseKey, result: Result<Lease>, now: Duration) -> Result<Lease> {
+    pub fn after_write(&self, key: &LeaseKey, result: Result<Lease>, now: Duration) -> Result<Lease> {
         match &result {
             Ok(lease) => self.observe(lease, now),
             Err(_) => self.forget(key),
@@ -70,7 +70,7 @@ impl Observer {
 
     /// Records a page read at monotonic time `now`: every lease observed, every member judged alive or
     /// not against `duration`.
-    pub(crate) fn observe_page(&self, page: &mut LeasePage, now: Duration, duration: Duration) {
+    pub fn observe_page(&self, page: &mut LeasePage, now: Duration, duration: Duration) {
         page.leases.iter().chain(&page.terms).for_each(|lease| self.observe(lease, now));
         for member in &mut page.members {
             member.alive = self.member_alive(member, now, duration);
@@ -78,7 +78,7 @@ impl Observer {
     }
 
     /// Whether `settings.owner` may take `lease` now, judged only on this worker's observations.
-    pub(crate) fn may_acquire(&self, lease: &Lease, settings: &LeaseSettings) -> Result<()> {
+    pub fn may_acquire(&self, lease: &Lease, settings: &LeaseSettings) -> Result<()> {
         let seen = self.seen().get(&lease.key).copied();
         let seen = match seen {
             Some(seen) if seen.counter == lease.counter => seen,
@@ -103,7 +103,7 @@ impl Observer {
 }
 
 /// Refuses, without a round trip, a holder operation on a copy that shows another owner.
-pub(crate) fn ensure_holder(held: &Lease, settings: &LeaseSettings) -> Result<()> {
+pub fn ensure_holder(held: &Lease, settings: &LeaseSettings) -> Result<()> {
     if held.is_held_by(&settings.owner) {
         Ok(())
     } else {

@@ -52,7 +52,7 @@ impl LeaseSettings {
     }
 
     /// The `lease_expiry` to write now.
-    pub(crate) fn expiry_ms(&self) -> i64 {
+    pub fn expiry_ms(&self) -> i64 {
         let duration_ms = i64::try_from(self.duration.as_millis()).unwrap_or(i64::MAX);
         self.clock.wall_ms().saturating_add(duration_ms)
     }

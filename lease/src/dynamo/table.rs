@@ -9,8 +9,8 @@ use aws_sdk_dynamodb::types::{
 };
 
 use super::errors::{Request, classify};
-use crate::lease::error::{LeaseError, Result};
-use crate::lease::row::attr;
+use crate::error::{LeaseError, Result};
+use crate::row::attr;
 
 /// How a new lease table is billed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

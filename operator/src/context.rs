@@ -9,10 +9,10 @@ use leasehold_crds::StreamConsumer;
 
 use crate::aws::ClientCache;
 use crate::backoff::Failures;
-use crate::lease_rows::LeaseReads;
 use crate::metrics::Metrics;
+use crate::pipeline::lease_rows::LeaseReads;
+use crate::pipeline::shards::ShardCounts;
 use crate::readiness::Readiness;
-use crate::shards::ShardCounts;
 
 /// Operator settings.
 #[derive(Debug, Clone)]
@@ -27,7 +27,7 @@ pub struct Settings {
     pub restrict_templates: bool,
     /// Give every consumer's workers a NetworkPolicy, metrics open to these scrapers
     /// (`--worker-network-policy`); `None`: no NetworkPolicy.
-    pub worker_network_policy: Option<crate::network_policy::MetricsScrapers>,
+    pub worker_network_policy: Option<crate::pipeline::network_policy::MetricsScrapers>,
 }
 
 /// Shared state of the controller.

@@ -18,13 +18,13 @@ use leasehold_crds::{DeletionPolicy, StreamConsumer};
 use tokio_util::sync::CancellationToken;
 
 use crate::FINALIZER;
-use crate::build::OWNED_SELECTOR;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pipeline;
+use crate::pipeline::build::OWNED_SELECTOR;
+use crate::pipeline::stream_consumers::{self, Deregistration};
+use crate::pipeline::table::{self, Deletion, Owner};
 use crate::readiness::ControllerState;
-use crate::stream_consumers::{self, Deregistration};
-use crate::table::{self, Deletion, Owner};
 
 /// Runs the controller until `shutdown` is cancelled, over every namespace or only `namespace`. The
 /// readiness moves to `Running` once the StreamConsumer cache is filled, and to `Stopping` at the end.
@@ -179,7 +179,7 @@ async fn release_stream_consumers(consumer: &StreamConsumer, ctx: &Context) -> R
 async fn stop_workers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
-    let name = crate::build::workers_name(consumer);
+    let name = crate::pipeline::build::workers_name(consumer);
     match deployments.delete(&name, &DeleteParams::foreground()).await {
         Ok(_) => {}
         Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),

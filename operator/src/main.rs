@@ -11,7 +11,7 @@ use kube::Api;
 use leasehold_operator::context::{Context, Settings};
 use leasehold_operator::leader::{self, Election};
 use leasehold_operator::metrics::Metrics;
-use leasehold_operator::network_policy::MetricsScrapers;
+use leasehold_operator::pipeline::network_policy::MetricsScrapers;
 use leasehold_operator::readiness::ControllerState;
 use leasehold_worker::health;
 use leasehold_worker::signals::Signals;

@@ -12,7 +12,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::lag::reading::LagReading;
+use crate::pipeline::lag::reading::LagReading;
 use crate::readiness::Readiness;
 
 /// Labels of a failed reconcile: the pipeline stage that failed.
@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn lag_series_follow_the_readings_and_go_with_the_consumer() {
-        use crate::lag::reading::ShardLag;
+        use crate::pipeline::lag::reading::ShardLag;
         use std::time::Duration;
 
         let metrics = Metrics::default();

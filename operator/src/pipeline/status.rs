@@ -7,10 +7,10 @@ use leasehold_crds::{LagScalingStatus, LagStatus, StreamCapacity, StreamConsumer
 use serde_json::json;
 
 use crate::FIELD_MANAGER;
-use crate::build;
 use crate::conditions::{Verdicts, conditions};
 use crate::context::Context;
 use crate::error::{Error, Result};
+use crate::pipeline::build;
 
 /// What a reconcile found, for the status.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use leasehold_worker::internals::lease::attr::LEASE_KEY;
 use leasehold_worker::lease::{TableBilling, create_table};
 
 use crate::error::{Error, Result};
-use crate::table_capacity::Capacity;
+use crate::pipeline::table_capacity::Capacity;
 
 /// Tag keys proving which resource created a table.
 pub const TAG_NAMESPACE: &str = "leasehold.io/namespace";

@@ -1,4 +1,4 @@
-//! The worker pods' NetworkPolicy (pure, like [`crate::build`]): the handoff port open to the pods of
+//! The worker pods' NetworkPolicy (pure, like [`crate::pipeline::build`]): the handoff port open to the pods of
 //! the same consumer only, the metrics port to the scraper the operator was told of (or to anyone), and
 //! egress left alone. Made when the operator runs with `--worker-network-policy` (the chart's
 //! `workerNetworkPolicy.enabled`).
@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use leasehold_crds::StreamConsumer;
 
-use crate::build::{worker_labels, workers_name};
+use crate::pipeline::build::{worker_labels, workers_name};
 
 /// Who may scrape the workers' metrics port: pods matching `pod_labels` in namespaces matching
 /// `namespace_labels`. Both empty: anyone (a scraper the operator was not told of keeps working).
@@ -71,7 +71,7 @@ fn tcp(port: &str) -> NetworkPolicyPort {
 
 /// The NetworkPolicy of `consumer`'s worker pods, owned by the consumer like its Deployment.
 pub fn network_policy(consumer: &StreamConsumer, scrapers: &MetricsScrapers) -> NetworkPolicy {
-    let mut metadata = crate::build::owned_meta(consumer);
+    let mut metadata = crate::pipeline::build::owned_meta(consumer);
     metadata.name = Some(workers_name(consumer));
     NetworkPolicy {
         metadata,

@@ -6,11 +6,11 @@ use kube::{Api, Resource, ResourceExt};
 use leasehold_crds::{LagScalingStatus, LagStatus, StreamCapacity, StreamConsumer, StreamConsumerStatus, WorkerLeases};
 use serde_json::json;
 
+use super::build;
 use crate::FIELD_MANAGER;
 use crate::conditions::{Verdicts, conditions};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::pipeline::build;
 
 /// What a reconcile found, for the status.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,10 @@
 //! What every reconcile shares: the Kubernetes client, AWS clients, shard counts, events, metrics, the
 //! failure streaks behind the backoff and the readiness `/readyz` reports.
 
+pub mod lease_rows;
+pub mod shards;
+
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -9,10 +13,10 @@ use leasehold_crds::StreamConsumer;
 
 use crate::aws::ClientCache;
 use crate::backoff::Failures;
-use crate::lease_rows::LeaseReads;
 use crate::metrics::Metrics;
 use crate::readiness::Readiness;
-use crate::shards::ShardCounts;
+use lease_rows::LeaseReads;
+use shards::ShardCounts;
 
 /// Operator settings.
 #[derive(Debug, Clone)]
@@ -27,7 +31,7 @@ pub struct Settings {
     pub restrict_templates: bool,
     /// Give every consumer's workers a NetworkPolicy, metrics open to these scrapers
     /// (`--worker-network-policy`); `None`: no NetworkPolicy.
-    pub worker_network_policy: Option<crate::network_policy::MetricsScrapers>,
+    pub worker_network_policy: Option<MetricsScrapers>,
 }
 
 /// Shared state of the controller.
@@ -98,4 +102,33 @@ impl Context {
 /// recreated object starts afresh.
 pub fn object_key(consumer: &StreamConsumer) -> String {
     consumer.uid().unwrap_or_else(|| format!("{}/{}", consumer.namespace().unwrap_or_default(), consumer.name_any()))
+}
+
+/// Who may scrape the workers' metrics port: pods matching `pod_labels` in namespaces matching
+/// `namespace_labels`. Both empty: anyone (a scraper the operator was not told of keeps working).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetricsScrapers {
+    /// Labels of the scraper's namespace (`kubernetes.io/metadata.name=monitoring`, say).
+    pub namespace_labels: BTreeMap<String, String>,
+    /// Labels of the scraper's pods (`app.kubernetes.io/name=prometheus`, say).
+    pub pod_labels: BTreeMap<String, String>,
+}
+
+impl MetricsScrapers {
+    /// Parses two `k=v,k=v` lists (the operator's `--metrics-from-namespace-labels` and
+    /// `--metrics-from-pod-labels`); an error names the entry that is not `k=v`.
+    pub fn parse(namespace_labels: &str, pod_labels: &str) -> Result<Self, String> {
+        Ok(Self { namespace_labels: labels(namespace_labels)?, pod_labels: labels(pod_labels)? })
+    }
+}
+
+fn labels(text: &str) -> Result<BTreeMap<String, String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
+        .map(|entry| match entry.split_once('=') {
+            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
+            _ => Err(format!("label {entry:?} is not key=value")),
+        })
+        .collect()
 }

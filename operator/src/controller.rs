@@ -13,18 +13,18 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::finalizer::{Event as Finalized, finalizer};
 use kube::runtime::watcher;
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use leasehold_crds::{DeletionPolicy, StreamConsumer};
 use tokio_util::sync::CancellationToken;
 
 use crate::FINALIZER;
-use crate::build::OWNED_SELECTOR;
 use crate::context::Context;
 use crate::error::{Error, Result};
 use crate::pipeline;
+use crate::pipeline::build::OWNED_SELECTOR;
+use crate::pipeline::stream_consumers::{self, Deregistration};
+use crate::pipeline::table::{self, Deletion, Owner};
 use crate::readiness::ControllerState;
-use crate::stream_consumers::{self, Deregistration};
-use crate::table::{self, Deletion, Owner};
 
 /// Runs the controller until `shutdown` is cancelled, over every namespace or only `namespace`. The
 /// readiness moves to `Running` once the StreamConsumer cache is filled, and to `Stopping` at the end.
@@ -79,6 +79,15 @@ pub async fn reconcile(consumer: Arc<StreamConsumer>, ctx: Arc<Context>) -> Resu
     let key = streak_key(&consumer);
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
     let api = Api::<StreamConsumer>::namespaced(ctx.client.clone(), &namespace);
+    // A deleted consumer that registered stream consumers stops its workers first, one step per pass.
+    if consumer.meta().deletion_timestamp.is_some()
+        && consumer.finalizers().iter().any(|f| f == FINALIZER)
+        && !stream_consumers::recorded(&consumer).is_empty()
+        && stop_workers(&consumer, &ctx).await? == Workers::Stopping
+    {
+        ctx.metrics.duration.observe(started.elapsed().as_secs_f64());
+        return Ok(Action::requeue(WORKERS_STOP_POLL));
+    }
     let result = finalizer(&api, FINALIZER, consumer, |event| async {
         match event {
             Finalized::Apply(consumer) => pipeline::run(&consumer, &ctx).await,
@@ -113,7 +122,9 @@ pub fn error_policy(consumer: Arc<StreamConsumer>, error: &Error, ctx: Arc<Conte
     }
     match error {
         Error::InvalidSpec(_) | Error::TemplateRefused(_) => Action::await_change(),
-        Error::StreamNotFound(_) | Error::Stream(_) => Action::requeue(retry.delay.min(ctx.shards.interval())),
+        Error::StreamNotFound(_) | Error::Stream(_) | Error::ConsumerStreamNotFound(_) | Error::EnsureStream(_) => {
+            Action::requeue(retry.delay.min(ctx.shards.interval()))
+        }
         _ => Action::requeue(retry.delay),
     }
 }
@@ -148,12 +159,17 @@ async fn cleanup(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
 }
 
 /// How long a deletion waits for the workers to stop before deregistering their stream consumers anyway
-/// (a node that is gone may keep its pods Terminating for ever).
-const WORKERS_STOP_WAIT: Duration = Duration::from_secs(60);
+/// (a node that is gone may keep its pods Terminating for ever), counted from the Deployment's
+/// `deletionTimestamp`.
+pub const WORKERS_STOP_WAIT: Duration = Duration::from_secs(60);
+
+/// How soon a deletion looks again at workers that are stopping (a requeue, not a sleep: the reconcile
+/// returns at once and the next pass checks).
+pub const WORKERS_STOP_POLL: Duration = Duration::from_millis(500);
 
 /// Deregisters every stream consumer whose ARN this resource recorded as registered by it, and no
-/// other. The workers are stopped first (their Deployment deleted, waited on until its pods are gone),
-/// so that none is subscribed or registers the consumer again.
+/// other. The workers were stopped first ([`stop_workers`], before the finalizer's cleanup runs), so
+/// that none is subscribed or registers the consumer again.
 async fn release_stream_consumers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
     let arns = stream_consumers::recorded(consumer);
     if arns.is_empty() {
@@ -162,7 +178,6 @@ async fn release_stream_consumers(consumer: &StreamConsumer, ctx: &Context) -> R
         }
         return Ok(());
     }
-    stop_workers(consumer, ctx).await?;
     let clients = ctx.aws.get(&consumer.spec.aws).await;
     for arn in arns {
         if stream_consumers::deregister(&clients.kinesis, &arn).await? == Deregistration::Deregistered {
@@ -174,32 +189,43 @@ async fn release_stream_consumers(consumer: &StreamConsumer, ctx: &Context) -> R
     Ok(())
 }
 
-/// Deletes the worker Deployment in the foreground (it goes only once its pods are gone) and waits
-/// for it, at most [`WORKERS_STOP_WAIT`].
-async fn stop_workers(consumer: &StreamConsumer, ctx: &Context) -> Result<()> {
+/// Where stopping a deleted consumer's workers stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Workers {
+    /// No Deployment left (or it was given [`WORKERS_STOP_WAIT`] and is left to go on its own).
+    Stopped,
+    /// Its Deployment is being deleted: look again after [`WORKERS_STOP_POLL`].
+    Stopping,
+}
+
+/// One step of stopping the workers of a deleted consumer that registered stream consumers, run before
+/// the finalizer's cleanup: the Deployment is deleted in the foreground (it goes only once its pods are
+/// gone), and each later pass reads it again. Never waits: a pass that finds it still there returns
+/// [`Workers::Stopping`] and the reconcile requeues. Past [`WORKERS_STOP_WAIT`] since its
+/// `deletionTimestamp`, a Warning says so and the cleanup goes on.
+async fn stop_workers(consumer: &StreamConsumer, ctx: &Context) -> Result<Workers> {
     let namespace = consumer.namespace().ok_or(Error::MissingMeta)?;
     let deployments = Api::<Deployment>::namespaced(ctx.client.clone(), &namespace);
-    let name = crate::build::workers_name(consumer);
-    match deployments.delete(&name, &DeleteParams::foreground()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
-        Err(e) => return Err(Error::WorkersRunning(format!("deleting {name}: {e}"))),
-    }
-    let started = std::time::Instant::now();
-    while started.elapsed() < WORKERS_STOP_WAIT {
-        match deployments.get_opt(&name).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(_)) => {}
-            Err(e) => return Err(Error::WorkersRunning(format!("reading {name}: {e}"))),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let name = crate::pipeline::build::workers_name(consumer);
+    let found = deployments.get_opt(&name).await.map_err(|e| Error::WorkersRunning(format!("reading {name}: {e}")))?;
+    let Some(deployment) = found else { return Ok(Workers::Stopped) };
+    let Some(since) = deployment.metadata.deletion_timestamp else {
+        return match deployments.delete(&name, &DeleteParams::foreground()).await {
+            Ok(_) => Ok(Workers::Stopping),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Workers::Stopped),
+            Err(e) => Err(Error::WorkersRunning(format!("deleting {name}: {e}"))),
+        };
+    };
+    let waited = k8s_openapi::jiff::Timestamp::now().duration_since(since.0);
+    if waited.unsigned_abs() < WORKERS_STOP_WAIT || waited.is_negative() {
+        return Ok(Workers::Stopping);
     }
     tracing::warn!(consumer = %consumer.name_any(), deployment = name, "workers not stopped in time; deregistering their stream consumers anyway");
     let note = format!(
         "workers ({name}) not stopped after {WORKERS_STOP_WAIT:?}; deregistering their stream consumers anyway"
     );
     ctx.publish(consumer, EventType::Warning, "WorkersStillRunning", note).await;
-    Ok(())
+    Ok(Workers::Stopped)
 }
 
 #[cfg(test)]

@@ -6,7 +6,8 @@ use leasehold_crds::FieldError;
 /// Result of a reconcile step.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-/// What can go wrong while reconciling.
+/// What can go wrong while reconciling. Each variant belongs to one stage (its doc names it) and is
+/// counted under that stage's [`Error::kind`], so the failure metric says which stage failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// validate: the spec breaks rules the worker checks (the API server should have refused it).
@@ -42,7 +43,13 @@ pub enum Error {
     /// ensure consumer: the ARN of a registered consumer could not be recorded on the resource.
     #[error("recording a registered stream consumer: {0}")]
     Record(#[source] kube::Error),
-    /// cleanup: the workers did not stop before their consumers were to be deregistered.
+    /// ensure consumer: a stream to register the consumer on does not exist.
+    #[error("stream(s) not found: {}", .0.join(", "))]
+    ConsumerStreamNotFound(Vec<String>),
+    /// ensure streams: a stream to create when missing could not be described or created.
+    #[error("streams: {0}")]
+    EnsureStream(String),
+    /// cleanup: the workers could not be stopped before their consumers were to be deregistered.
     #[error("workers still running: {0}")]
     WorkersRunning(String),
     /// observe: some streams do not exist.
@@ -79,8 +86,10 @@ impl Error {
         match self {
             Error::InvalidSpec(_) | Error::TemplateRefused(_) => "validate",
             Error::Table { .. } | Error::NotLeaseTable { .. } => "table",
+            Error::EnsureStream(_) => "streams",
+            Error::StreamConsumer { .. } | Error::Record(_) | Error::ConsumerStreamNotFound(_) => "consumer",
             Error::StreamNotFound(_) | Error::Stream(_) => "observe",
-            Error::StreamConsumer { .. } | Error::Record(_) | Error::WorkersRunning(_) => "consumer",
+            Error::WorkersRunning(_) => "cleanup",
             Error::Build(_) => "build",
             Error::Apply { .. } => "apply",
             Error::Status(_) => "status",
@@ -96,8 +105,8 @@ impl Error {
             Error::TemplateRefused(_) => "TemplateRefused",
             Error::Table { .. } => "TableError",
             Error::NotLeaseTable { .. } => "NotALeaseTable",
-            Error::StreamNotFound(_) => "StreamNotFound",
-            Error::Stream(_) => "StreamError",
+            Error::StreamNotFound(_) | Error::ConsumerStreamNotFound(_) => "StreamNotFound",
+            Error::Stream(_) | Error::EnsureStream(_) => "StreamError",
             Error::StreamConsumer { .. } | Error::Record(_) => "StreamConsumerError",
             Error::WorkersRunning(_) => "WorkersRunning",
             Error::Build(_) => "BuildFailed",
@@ -116,7 +125,7 @@ impl Error {
                 format!("restricted templates refuse {} (the operator's --restrict-templates)", refused.join("; "))
             }
             Error::Table { table, message } => format!("lease table {table}: {message}"),
-            Error::Stream(message) => message.clone(),
+            Error::Stream(message) | Error::EnsureStream(message) => message.clone(),
             other => other.to_string(),
         }
     }

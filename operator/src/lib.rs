@@ -8,22 +8,14 @@
 
 pub mod aws;
 pub mod backoff;
-pub mod build;
 pub mod conditions;
 pub mod context;
 pub mod controller;
 pub mod error;
-pub mod lag;
 pub mod leader;
-pub mod lease_rows;
 pub mod metrics;
-pub mod network_policy;
 pub mod pipeline;
 pub mod readiness;
-pub mod shards;
-pub mod stream_consumers;
-pub mod table;
-pub mod table_capacity;
 pub mod window;
 
 /// Field manager under which the operator writes every object with server-side apply.

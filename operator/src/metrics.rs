@@ -12,13 +12,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
-use crate::lag::reading::LagReading;
 use crate::readiness::Readiness;
 
 /// Labels of a failed reconcile: the pipeline stage that failed.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct FailureLabels {
-    /// `validate`, `table`, `observe`, `build`, `apply`, `status`, `finalizer`.
+    /// `validate`, `table`, `streams`, `consumer`, `observe`, `build`, `apply`, `status`, `cleanup`,
+    /// `finalizer`, `metadata` ([`crate::error::Error::kind`]).
     pub kind: String,
 }
 
@@ -44,6 +44,17 @@ pub struct ShardLabels {
 }
 
 type SecondsGauge = Gauge<f64, AtomicU64>;
+
+/// What the lag series of one consumer show (the pipeline's lag reading gives it): kept as a trait so the
+/// metrics depend on no stage.
+pub trait LagSeries {
+    /// The largest lag of a held shard, when any was measured.
+    fn largest(&self) -> Option<std::time::Duration>;
+    /// Open shards whose row has no live holder.
+    fn unheld(&self) -> usize;
+    /// Each held shard (`<stream>:<shardId>`) with its lag.
+    fn shards(&self) -> Vec<(&str, std::time::Duration)>;
+}
 
 /// The operator's metrics.
 #[derive(Clone)]
@@ -128,7 +139,7 @@ impl Metrics {
     }
 
     /// Exports `reading` as the lag series of `consumer`; shards no longer in it lose their series.
-    pub fn publish_lag(&self, consumer: &ConsumerLabels, reading: &LagReading) {
+    pub fn publish_lag(&self, consumer: &ConsumerLabels, reading: &impl LagSeries) {
         match reading.largest() {
             Some(lag) => {
                 self.consumer_lag.get_or_create(consumer).set(lag.as_secs_f64());
@@ -137,15 +148,16 @@ impl Metrics {
                 self.consumer_lag.remove(consumer);
             }
         }
-        self.unheld_shards.get_or_create(consumer).set(i64::try_from(reading.unheld).unwrap_or(i64::MAX));
-        let current: BTreeSet<String> = reading.shards.iter().map(|s| s.shard.clone()).collect();
+        self.unheld_shards.get_or_create(consumer).set(i64::try_from(reading.unheld()).unwrap_or(i64::MAX));
+        let shards = reading.shards();
+        let current: BTreeSet<String> = shards.iter().map(|(shard, _)| shard.to_string()).collect();
         let mut exported = self.exported_shards.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let before = exported.insert(consumer.clone(), current.clone()).unwrap_or_default();
         for gone in before.difference(&current) {
             self.shard_lag.remove(&shard_labels(consumer, gone));
         }
-        for shard in &reading.shards {
-            self.shard_lag.get_or_create(&shard_labels(consumer, &shard.shard)).set(shard.lag.as_secs_f64());
+        for (shard, lag) in shards {
+            self.shard_lag.get_or_create(&shard_labels(consumer, shard)).set(lag.as_secs_f64());
         }
     }
 
@@ -240,36 +252,5 @@ mod tests {
         assert!(text.contains(r#"leasehold_operator_reconcile_failures_total{kind="table"} 2"#), "{text}");
         assert!(text.contains(r#"leasehold_operator_reconcile_failures_total{kind="apply"} 1"#), "{text}");
         assert_eq!(metrics.failures_of("table"), 2);
-    }
-
-    #[test]
-    fn lag_series_follow_the_readings_and_go_with_the_consumer() {
-        use crate::lag::reading::ShardLag;
-        use std::time::Duration;
-
-        let metrics = Metrics::default();
-        let orders = ConsumerLabels { namespace: "shop".into(), name: "orders".into() };
-        let shard = |name: &str, secs: u64| ShardLag { shard: name.into(), lag: Duration::from_secs(secs) };
-        let read_at = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
-        let first = LagReading { shards: vec![shard("o:s0", 3), shard("o:s1", 72)], unheld: 1, unmeasured: 0, read_at };
-        metrics.publish_lag(&orders, &first);
-        let text = metrics.text();
-        assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 72.0"#), "{text}");
-        assert!(
-            text.contains(r#"leasehold_consumer_shard_lag_seconds{namespace="shop",name="orders",shard="o:s0"} 3.0"#),
-            "{text}"
-        );
-        assert!(text.contains(r#"leasehold_consumer_unheld_shards{namespace="shop",name="orders"} 1"#), "{text}");
-        let second = LagReading { shards: vec![shard("o:s1", 5)], unheld: 0, unmeasured: 1, read_at };
-        metrics.publish_lag(&orders, &second);
-        let text = metrics.text();
-        assert!(!text.contains(r#"shard="o:s0""#), "a shard no longer held loses its series: {text}");
-        assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 5.0"#), "{text}");
-        metrics.forget_consumer(&orders);
-        assert!(!metrics.text().contains(r#"name="orders""#));
-        assert!(
-            metrics.text().contains("leasehold_operator_reconciles_total"),
-            "the operator's own series keep their prefix"
-        );
     }
 }

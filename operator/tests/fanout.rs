@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::ResourceExt;
 use kube::api::DeleteParams;
-use leasehold_operator::stream_consumers::REGISTERED_ANNOTATION;
+use leasehold_operator::pipeline::stream_consumers::REGISTERED_ANNOTATION;
 use leasehold_testkit::fanout::{FanOutControls, FanOutServer};
 use serde_json::json;
 use support::{TestNamespace, wait};

@@ -130,7 +130,7 @@ async fn autoscaled_pods_with_an_http_sidecar_follow_a_split_and_kubectl_scale()
     let spec = pod.spec.as_ref().expect("spec");
     assert_eq!(
         spec.termination_grace_period_seconds,
-        Some(leasehold_operator::build::termination_grace_period(Duration::from_secs(7))),
+        Some(leasehold_operator::pipeline::build::termination_grace_period(Duration::from_secs(7))),
         "terminationGracePeriodSeconds follows lease.gracefulTimeout (7 s + the margin)"
     );
     let names: Vec<&str> = spec.containers.iter().map(|c| c.name.as_str()).collect();

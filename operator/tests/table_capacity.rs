@@ -14,7 +14,7 @@ use aws_sdk_kinesis::types::ScalingType;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use leasehold_crds::{LeaseScan, StreamConsumerSpec};
-use leasehold_operator::table_capacity::{Capacity, Group, demand};
+use leasehold_operator::pipeline::table_capacity::{Capacity, Group, demand};
 use serde_json::json;
 use support::{TestNamespace, wait};
 

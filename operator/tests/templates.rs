@@ -13,7 +13,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
-use leasehold_operator::network_policy::MetricsScrapers;
+use leasehold_operator::context::MetricsScrapers;
 use serde_json::json;
 use support::{TestNamespace, aws, wait};
 

@@ -221,3 +221,91 @@ async fn error_policy_looks_at_a_missing_stream_again_within_a_shard_poll() {
     assert_eq!(ctx.metrics.failures_of("observe"), 1);
     assert!(missing.meta().deletion_timestamp.is_none() && missing.finalizers().len() == 1);
 }
+
+/// A deleted fan-out consumer that recorded a stream consumer it registered, keeping its table.
+fn deleted_fan_out() -> StreamConsumer {
+    let mut deleted = with_finalizer(consumer(
+        "streams: [{name: orders}]\nreader: {mode: fanOut}\n\
+         leaseTable: {name: orders-leases, deletionPolicy: Delete}\nprocessor: {stdout: {}}",
+    ));
+    deleted.meta_mut().deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    let arn = "arn:aws:kinesis:us-east-1:000000000000:stream/orders/consumer/shop.orders:1700000000";
+    deleted.annotations_mut().insert(
+        crate::pipeline::stream_consumers::REGISTERED_ANNOTATION.into(),
+        serde_json::to_string(&[arn]).expect("a JSON list"),
+    );
+    deleted
+}
+
+/// The workers' Deployment as the API server shows it, being deleted since `since` or not.
+fn workers_deployment(since: Option<k8s_openapi::jiff::Timestamp>) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment",
+           "metadata": {"name": format!("{NAME}-workers"), "namespace": NAMESPACE,
+                        "deletionTimestamp": since.map(Time), "finalizers": ["foregroundDeletion"]}})
+}
+
+fn deployment_path() -> String {
+    format!("/apis/apps/v1/namespaces/{NAMESPACE}/deployments/{NAME}-workers")
+}
+
+#[tokio::test]
+async fn a_deletion_stops_the_workers_by_requeueing_never_sleeping_and_touches_nothing_else_meanwhile() {
+    let (ctx, mut server) = mocked();
+    let deleted = deleted_fan_out();
+    // First pass: the Deployment is there, not yet being deleted: deleted in the foreground, then requeued.
+    let first = async {
+        let (method, uri, _, send) = server.next().await;
+        assert_eq!((method, uri), (Method::GET, deployment_path()));
+        send.send_response(json_response(&workers_deployment(None)));
+        let (method, uri, body, send) = server.next().await;
+        assert_eq!((method, uri.split('?').next().map(str::to_string)), (Method::DELETE, Some(deployment_path())));
+        assert_eq!(body["propagationPolicy"], "Foreground", "{body}");
+        send.send_response(json_response(&workers_deployment(Some(k8s_openapi::jiff::Timestamp::now()))));
+    };
+    let pass = tokio::time::timeout(Duration::from_secs(5), reconciled(deleted.clone(), &ctx, first));
+    let (result, ()) = pass.await.expect("the reconcile returns promptly");
+    assert_eq!(result.expect("a requeue, not a failure"), Action::requeue(super::WORKERS_STOP_POLL));
+    server.expect_silence().await;
+    // Next pass: still being deleted (its pods are going): requeued again; no finalizer removed, no event.
+    let second = async {
+        let (method, uri, _, send) = server.next().await;
+        assert_eq!((method, uri), (Method::GET, deployment_path()));
+        send.send_response(json_response(&workers_deployment(Some(k8s_openapi::jiff::Timestamp::now()))));
+    };
+    let pass = tokio::time::timeout(Duration::from_secs(5), reconciled(deleted.clone(), &ctx, second));
+    let (result, ()) = pass.await.expect("the reconcile returns promptly");
+    assert_eq!(result.expect("a requeue, not a failure"), Action::requeue(super::WORKERS_STOP_POLL));
+    server.expect_silence().await;
+    assert_eq!(ctx.metrics.reconciles.get(), 2);
+    assert_eq!(ctx.metrics.failures_of("cleanup"), 0, "waiting for the workers is not a failure");
+}
+
+#[tokio::test]
+async fn each_stage_s_error_is_counted_under_its_own_kind() {
+    let (ctx, mut server) = mocked();
+    let object = Arc::new(with_finalizer(consumer(VALID)));
+    let status = || kube::Error::Api(Box::new(kube::core::Status::failure("refused", "Forbidden")));
+    let by_stage = [
+        ("validate", Error::TemplateRefused(vec!["hostNetwork".into()])),
+        ("table", Error::NotLeaseTable { table: "t".into(), found: "key id (HASH)".into() }),
+        ("streams", Error::EnsureStream("orders: LimitExceededException".into())),
+        ("consumer", Error::ConsumerStreamNotFound(vec!["orders".into()])),
+        ("observe", Error::Stream("orders: ThrottlingException".into())),
+        ("build", Error::Build(serde_yaml_ng::from_str::<u8>("[").expect_err("not YAML"))),
+        ("apply", Error::Apply { object: "Deployment/orders-workers".into(), source: status() }),
+        ("status", Error::Status(status())),
+        ("cleanup", Error::WorkersRunning("deleting orders-workers: refused".into())),
+    ];
+    for (kind, error) in &by_stage {
+        assert_eq!(error.kind(), *kind, "{error:?}");
+        error_policy(object.clone(), error, ctx.clone());
+        // The Warning event (created, or a series patched): answered, whatever its form.
+        let (_, _, body, send) = server.next().await;
+        send.send_response(json_response(&body));
+    }
+    let text = ctx.metrics.text();
+    for (kind, _) in &by_stage {
+        let line = format!("leasehold_operator_reconcile_failures_total{{kind=\"{kind}\"}} 1");
+        assert!(text.contains(&line), "{kind} counted once under its own kind: {text}");
+    }
+}

@@ -9,11 +9,11 @@ use kube::runtime::events::EventType;
 use kube::{Api, ResourceExt};
 use leasehold_crds::StreamConsumer;
 
+use super::build::{Desired, handoff_secret, handoff_secret_name, new_handoff_secret};
+use super::network_policy::network_policy;
 use crate::FIELD_MANAGER;
-use crate::build::{Desired, handoff_secret, handoff_secret_name, new_handoff_secret};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::network_policy::network_policy;
 
 /// Applies `desired`; returns the ready replicas the Deployment reports. A change of replicas is
 /// announced by an Event, with `why` when lag scaling made it.

@@ -1,16 +1,16 @@
 //! Stage 2b, ensure consumer: with `reader.mode: fanOut`, the stream consumer is registered on every
 //! named stream unless present and is ACTIVE before workers start (they subscribe through it). The ARN
 //! of each consumer this resource registers is recorded on it, the proof used at deletion
-//! ([`crate::stream_consumers`]).
+//! ([`super::stream_consumers`]).
 
 use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use leasehold_crds::{ReaderMode, StreamConsumer};
 
+use super::stream_consumers::{self, ConsumerState};
 use crate::conditions::Verdict;
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::stream_consumers::{self, ConsumerState};
 
 /// Where the stream consumers stand.
 #[derive(Debug, Clone, PartialEq, Eq)]

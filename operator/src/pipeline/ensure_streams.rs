@@ -37,7 +37,7 @@ pub async fn ensure_streams(consumer: &StreamConsumer, ctx: &Context) -> Result<
     let clients = ctx.aws.get(&consumer.spec.aws).await;
     for stream in wanted {
         let (state, created) =
-            streams::ensure(&clients.kinesis, &stream).await.map_err(|e| Error::Stream(e.to_string()))?;
+            streams::ensure(&clients.kinesis, &stream).await.map_err(|e| Error::EnsureStream(e.to_string()))?;
         if created {
             tracing::info!(consumer = %consumer.name_any(), stream = stream.name, "stream created (createIfMissing)");
             let shape = match stream.shape.shards {

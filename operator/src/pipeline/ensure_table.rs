@@ -5,11 +5,11 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use leasehold_crds::{ResolvedSpec, StreamConsumer};
 
-use crate::build;
+use super::build;
+use super::table::{self, Owner, TableState};
 use crate::conditions::Verdict;
 use crate::context::Context;
 use crate::error::Result;
-use crate::table::{self, Owner, TableState};
 
 /// Where the table stands.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,16 +1,29 @@
 //! The reconcile of a live StreamConsumer as a pipeline, one stage per module:
-//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] -> [`size_table`] -> build (pure, [`crate::build`],
-//! with the lag scaling decision of [`crate::lag::scaling`]) -> [`apply`] -> [`status`]. Each stage fails with its own [`Error`] variant. The status is written whatever failed
-//! (except the status write itself), so a failure shows as a condition; then the first failure in
-//! stage order is returned, and the controller's `error_policy` backs off.
+//! [`validate`] -> [`ensure_table`] -> [`ensure_streams`] -> [`ensure_consumer`] -> [`observe`] ->
+//! [`size_table`] -> [`build`] (pure, no client; with the lag scaling decision of [`lag::scaling`]) ->
+//! [`apply`] -> [`status`]. Beside the stages, the helpers they use: [`table`] and [`table_capacity`]
+//! (the lease table and its sizing), [`lag`] (lag from the rows, scaling on it), [`stream_consumers`]
+//! (fan-out's registered consumers), [`network_policy`] (pure, the workers' NetworkPolicy). The caches
+//! every consumer shares (open shard counts, lease rows read at most once per interval) are held by the
+//! [`Context`] ([`crate::context::shards`], [`crate::context::lease_rows`]).
+//!
+//! Each stage fails with its own [`Error`] variants, counted under that stage's kind. The status is
+//! written whatever failed (except the status write itself), so a failure shows as a condition; then the
+//! first failure in stage order is returned, and the controller's `error_policy` backs off.
 
 pub mod apply;
+pub mod build;
 pub mod ensure_consumer;
 pub mod ensure_streams;
 pub mod ensure_table;
+pub mod lag;
+pub mod network_policy;
 pub mod observe;
 pub mod size_table;
 pub mod status;
+pub mod stream_consumers;
+pub mod table;
+pub mod table_capacity;
 pub mod validate;
 
 use std::time::Duration;
@@ -20,13 +33,12 @@ use kube::ResourceExt;
 use kube::runtime::controller::Action;
 use leasehold_crds::{ResolvedSpec, StreamConsumer};
 
-use crate::build;
 use crate::conditions::{Verdict, Verdicts};
 use crate::context::Context;
 use crate::error::{Error, Result};
-use crate::lag::reading::LagReading;
-use crate::lag::scaling;
 use crate::metrics::ConsumerLabels;
+use lag::reading::LagReading;
+use lag::scaling;
 use status::{Report, write_status};
 
 /// Requeue while the table or a stream consumer is being created (a wait, not a failure: no backoff).

@@ -8,9 +8,9 @@ use std::sync::Arc;
 use leasehold_crds::{StreamCapacity, StreamConsumer, WorkerLeases};
 
 use crate::context::Context;
+use crate::context::lease_rows::LeaseRows;
+use crate::context::shards::StreamCount;
 use crate::error::{Error, Result};
-use crate::lease_rows::LeaseRows;
-use crate::shards::StreamCount;
 
 /// Each named stream's capacity mode and open shards: `None` when streams are chosen by pattern or
 /// assignment (not counted); a missing or unreadable stream fails the stage.
@@ -45,7 +45,7 @@ pub async fn capacity(consumer: &StreamConsumer, ctx: &Context) -> Result<Option
 /// a lease table or when it cannot be read (the spread and the lag are informative, and the table's own
 /// condition reports a broken table).
 ///
-/// [`LeaseReads`]: crate::lease_rows::LeaseReads
+/// [`LeaseReads`]: crate::context::lease_rows::LeaseReads
 pub async fn lease_rows(consumer: &StreamConsumer, ctx: &Context) -> Option<Arc<LeaseRows>> {
     let table = consumer.spec.lease_table.as_ref()?;
     let clients = ctx.aws.get(&consumer.spec.aws).await;

@@ -1,6 +1,6 @@
 //! Stage 4b, size table (after the shards are counted): a PROVISIONED lease table this resource
 //! created holds what its group needs, from `leaseTable.readCapacity` / `writeCapacity` or sized from
-//! the open shards, workers and lease timings ([`crate::table_capacity`]), resized as they change; the
+//! the open shards, workers and lease timings ([`super::table_capacity`]), resized as they change; the
 //! `TableCapacity` condition says whether the table's capacity covers the group (false, with a Warning
 //! event, when a figure set by hand or a table made elsewhere is too low). Its failures show in the
 //! condition and fail nothing else: a table short of capacity still serves, throttled.
@@ -12,11 +12,11 @@ use kube::ResourceExt;
 use kube::runtime::events::EventType;
 use leasehold_crds::{BillingMode, LeaseTableSpec, ResolvedSpec, StreamConsumer};
 
-use crate::build;
+use super::build;
+use super::table::{self, Owner};
+use super::table_capacity::{self as capacity, Capacity, Group, Provisioned};
 use crate::conditions::Verdict;
 use crate::context::Context;
-use crate::table::{self, Owner};
-use crate::table_capacity::{self as capacity, Capacity, Group, Provisioned};
 
 /// The condition type this stage decides.
 pub const CONDITION: &str = "TableCapacity";

@@ -6,8 +6,8 @@ use kube::{Api, Resource, ResourceExt};
 use leasehold_crds::{LagScalingStatus, LagStatus, StreamCapacity, StreamConsumer, StreamConsumerStatus, WorkerLeases};
 use serde_json::json;
 
+use super::build;
 use crate::FIELD_MANAGER;
-use crate::build;
 use crate::conditions::{Verdicts, conditions};
 use crate::context::Context;
 use crate::error::{Error, Result};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
-use leasehold_operator::build::{CONFIG_KEY, CONFIG_VOLUME, WORKER_CONTAINER};
+use leasehold_operator::pipeline::build::{CONFIG_KEY, CONFIG_VOLUME, WORKER_CONTAINER};
 use leasehold_testkit::process::WorkerProcess;
 use tokio_util::sync::CancellationToken;
 

@@ -59,7 +59,7 @@ pub async fn stream_arn(client: &Client, stream: &StreamSpec) -> Result<String> 
     match summary {
         Ok(out) => out.stream_description_summary.map(|s| s.stream_arn).ok_or_else(|| failed(name, "no stream ARN")),
         Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-            Err(Error::StreamNotFound(vec![name.to_string()]))
+            Err(Error::ConsumerStreamNotFound(vec![name.to_string()]))
         }
         Err(e) => Err(failed(name, crate::aws::error_message(&e))),
     }

@@ -1,4 +1,4 @@
-//! The worker pods' NetworkPolicy (pure, like [`crate::build`]): the handoff port open to the pods of
+//! The worker pods' NetworkPolicy (pure, like [`super::build`]): the handoff port open to the pods of
 //! the same consumer only, the metrics port to the scraper the operator was told of (or to anyone), and
 //! egress left alone. Made when the operator runs with `--worker-network-policy` (the chart's
 //! `workerNetworkPolicy.enabled`).
@@ -12,48 +12,20 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use leasehold_crds::StreamConsumer;
 
-use crate::build::{worker_labels, workers_name};
+use super::build::{worker_labels, workers_name};
+pub use crate::context::MetricsScrapers;
 
-/// Who may scrape the workers' metrics port: pods matching `pod_labels` in namespaces matching
-/// `namespace_labels`. Both empty: anyone (a scraper the operator was not told of keeps working).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct MetricsScrapers {
-    /// Labels of the scraper's namespace (`kubernetes.io/metadata.name=monitoring`, say).
-    pub namespace_labels: BTreeMap<String, String>,
-    /// Labels of the scraper's pods (`app.kubernetes.io/name=prometheus`, say).
-    pub pod_labels: BTreeMap<String, String>,
-}
-
-impl MetricsScrapers {
-    /// Parses two `k=v,k=v` lists (the operator's `--metrics-from-namespace-labels` and
-    /// `--metrics-from-pod-labels`); an error names the entry that is not `k=v`.
-    pub fn parse(namespace_labels: &str, pod_labels: &str) -> Result<Self, String> {
-        Ok(Self { namespace_labels: labels(namespace_labels)?, pod_labels: labels(pod_labels)? })
-    }
-
-    fn peers(&self) -> Option<Vec<NetworkPolicyPeer>> {
-        let selector = |labels: &BTreeMap<String, String>| {
-            (!labels.is_empty())
-                .then(|| LabelSelector { match_labels: Some(labels.clone()), ..LabelSelector::default() })
-        };
-        let peer = NetworkPolicyPeer {
-            namespace_selector: selector(&self.namespace_labels),
-            pod_selector: selector(&self.pod_labels),
-            ..NetworkPolicyPeer::default()
-        };
-        (peer.namespace_selector.is_some() || peer.pod_selector.is_some()).then(|| vec![peer])
-    }
-}
-
-fn labels(text: &str) -> Result<BTreeMap<String, String>, String> {
-    text.split(',')
-        .map(str::trim)
-        .filter(|entry| !entry.is_empty())
-        .map(|entry| match entry.split_once('=') {
-            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
-            _ => Err(format!("label {entry:?} is not key=value")),
-        })
-        .collect()
+/// Who may scrape the metrics port, as NetworkPolicy peers (`None`: anyone).
+fn peers(scrapers: &MetricsScrapers) -> Option<Vec<NetworkPolicyPeer>> {
+    let selector = |labels: &BTreeMap<String, String>| {
+        (!labels.is_empty()).then(|| LabelSelector { match_labels: Some(labels.clone()), ..LabelSelector::default() })
+    };
+    let peer = NetworkPolicyPeer {
+        namespace_selector: selector(&scrapers.namespace_labels),
+        pod_selector: selector(&scrapers.pod_labels),
+        ..NetworkPolicyPeer::default()
+    };
+    (peer.namespace_selector.is_some() || peer.pod_selector.is_some()).then(|| vec![peer])
 }
 
 /// The labels every pod of `consumer` carries and no other consumer's does.
@@ -71,7 +43,7 @@ fn tcp(port: &str) -> NetworkPolicyPort {
 
 /// The NetworkPolicy of `consumer`'s worker pods, owned by the consumer like its Deployment.
 pub fn network_policy(consumer: &StreamConsumer, scrapers: &MetricsScrapers) -> NetworkPolicy {
-    let mut metadata = crate::build::owned_meta(consumer);
+    let mut metadata = super::build::owned_meta(consumer);
     metadata.name = Some(workers_name(consumer));
     NetworkPolicy {
         metadata,
@@ -87,7 +59,7 @@ pub fn network_policy(consumer: &StreamConsumer, scrapers: &MetricsScrapers) -> 
                     }]),
                     ports: Some(vec![tcp("handoff")]),
                 },
-                NetworkPolicyIngressRule { from: scrapers.peers(), ports: Some(vec![tcp("metrics")]) },
+                NetworkPolicyIngressRule { from: peers(scrapers), ports: Some(vec![tcp("metrics")]) },
             ]),
             ..NetworkPolicySpec::default()
         }),

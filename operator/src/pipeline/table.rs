@@ -9,8 +9,8 @@ use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec, StreamConsumer}
 use leasehold_worker::internals::lease::attr::LEASE_KEY;
 use leasehold_worker::lease::{TableBilling, create_table};
 
+use super::table_capacity::Capacity;
 use crate::error::{Error, Result};
-use crate::table_capacity::Capacity;
 
 /// Tag keys proving which resource created a table.
 pub const TAG_NAMESPACE: &str = "leasehold.io/namespace";

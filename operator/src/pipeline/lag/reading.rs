@@ -88,6 +88,20 @@ impl LagReading {
     }
 }
 
+impl crate::metrics::LagSeries for LagReading {
+    fn largest(&self) -> Option<Duration> {
+        LagReading::largest(self)
+    }
+
+    fn unheld(&self) -> usize {
+        self.unheld
+    }
+
+    fn shards(&self) -> Vec<(&str, Duration)> {
+        self.shards.iter().map(|s| (s.shard.as_str(), s.lag)).collect()
+    }
+}
+
 /// A lag as people read it in a table column: `350ms`, `45s`, `1m12s`, `2h5m`, `3d4h` (two units at
 /// most; humantime's form, `1m 12s 345ms`, is too wide for a column).
 pub fn human(lag: Duration) -> String {
@@ -185,5 +199,36 @@ mod tests {
         assert_eq!(human(Duration::from_secs(2 * 3600 + 5 * 60 + 9)), "2h5m");
         assert_eq!(human(Duration::from_secs(3 * 3600)), "3h");
         assert_eq!(human(Duration::from_secs(3 * 86_400 + 4 * 3600)), "3d4h");
+    }
+
+    #[test]
+    fn lag_series_follow_the_readings_and_go_with_the_consumer() {
+        use crate::metrics::{ConsumerLabels, Metrics};
+        use std::time::Duration;
+
+        let metrics = Metrics::default();
+        let orders = ConsumerLabels { namespace: "shop".into(), name: "orders".into() };
+        let shard = |name: &str, secs: u64| ShardLag { shard: name.into(), lag: Duration::from_secs(secs) };
+        let read_at = k8s_openapi::jiff::Timestamp::UNIX_EPOCH;
+        let first = LagReading { shards: vec![shard("o:s0", 3), shard("o:s1", 72)], unheld: 1, unmeasured: 0, read_at };
+        metrics.publish_lag(&orders, &first);
+        let text = metrics.text();
+        assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 72.0"#), "{text}");
+        assert!(
+            text.contains(r#"leasehold_consumer_shard_lag_seconds{namespace="shop",name="orders",shard="o:s0"} 3.0"#),
+            "{text}"
+        );
+        assert!(text.contains(r#"leasehold_consumer_unheld_shards{namespace="shop",name="orders"} 1"#), "{text}");
+        let second = LagReading { shards: vec![shard("o:s1", 5)], unheld: 0, unmeasured: 1, read_at };
+        metrics.publish_lag(&orders, &second);
+        let text = metrics.text();
+        assert!(!text.contains(r#"shard="o:s0""#), "a shard no longer held loses its series: {text}");
+        assert!(text.contains(r#"leasehold_consumer_lag_seconds{namespace="shop",name="orders"} 5.0"#), "{text}");
+        metrics.forget_consumer(&orders);
+        assert!(!metrics.text().contains(r#"name="orders""#));
+        assert!(
+            metrics.text().contains("leasehold_operator_reconciles_total"),
+            "the operator's own series keep their prefix"
+        );
     }
 }

@@ -366,6 +366,7 @@ fn plan(
             handoff_to: None,
             stream_created: None,
             lag_ms: None,
+            load: None,
         });
         entry.checkpoint = c.checkpoint.clone();
     }
@@ -506,6 +507,7 @@ mod tests {
             handoff_to: None,
             stream_created: None,
             lag_ms: None,
+            load: None,
         }
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore, ShardLag};
+use super::{Checkpoint, Lease, LeaseError, LeaseKey, LeaseStore, LoadMeter, ShardLag};
 
 /// A held lease shared by the coordinator (renewals, release) and the shard's reader (checkpoints).
 pub struct HeldLease {
@@ -23,6 +23,7 @@ pub struct HeldLease {
     progress: Mutex<Checkpoint>,
     stream_created: Option<i64>,
     lag: ShardLag,
+    load: LoadMeter,
 }
 
 impl std::fmt::Debug for HeldLease {
@@ -47,6 +48,7 @@ impl HeldLease {
             lost: CancellationToken::new(),
             duration,
             lag: ShardLag::default(),
+            load: LoadMeter::default(),
         }
     }
 
@@ -56,10 +58,16 @@ impl HeldLease {
         &self.lag
     }
 
-    /// `lease` carrying the lag measured now, for a renewal or checkpoint to write.
+    /// The shard's load meter: counted by its reader, measured by renewals and checkpoints.
+    pub fn load(&self) -> &LoadMeter {
+        &self.load
+    }
+
+    /// `lease` carrying the lag and load measured now, for a renewal or checkpoint to write.
     fn with_lag(&self, lease: Lease) -> Lease {
         let lag_ms = self.lag.measure(self.wall_ms()).map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX));
-        Lease { lag_ms, ..lease }
+        let load = self.load.measure().or(lease.load);
+        Lease { lag_ms, load, ..lease }
     }
 
     /// The row's key.

@@ -56,10 +56,13 @@ fn segment_of(key: &str, total: u32) -> u32 {
     u32::try_from(hash % u64::from(total.max(1))).unwrap_or(0)
 }
 
-/// Writes the holder's lag into a row, when it measured one.
-fn put_lag(row: &mut Attributes, lag_ms: Option<u64>) {
-    if let Some(lag_ms) = lag_ms {
+/// Writes the holder's lag and load into a row, when it measured them.
+fn put_lag(row: &mut Attributes, held: &Lease) {
+    if let Some(lag_ms) = held.lag_ms {
         row.insert(attr::LAG_MS.into(), AttrValue::N(lag_ms.to_string()));
+    }
+    for (name, value) in held.load.as_ref().map(super::row::load_values).into_iter().flatten() {
+        row.insert(name.into(), AttrValue::N(value.to_string()));
     }
 }
 
@@ -178,7 +181,7 @@ impl ShardLeases for MemoryLeaseStore {
         let expiry = self.settings.expiry_ms();
         let result = self.update_if(&held.key, "renew", held.counter, Some(&self.settings.owner), |row| {
             row.insert(attr::LEASE_EXPIRY.into(), AttrValue::N(expiry.to_string()));
-            put_lag(row, held.lag_ms);
+            put_lag(row, held);
         });
         self.after_write(&held.key, result)
     }
@@ -187,7 +190,7 @@ impl ShardLeases for MemoryLeaseStore {
         ensure_holder(held, &self.settings)?;
         let result = self.update_if(&held.key, "checkpoint", held.counter, Some(&self.settings.owner), |row| {
             put_checkpoint(row, checkpoint);
-            put_lag(row, held.lag_ms);
+            put_lag(row, held);
         });
         self.after_write(&held.key, result)
     }

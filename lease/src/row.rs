@@ -7,6 +7,7 @@ use std::collections::HashMap;
 
 use super::checkpoint::Checkpoint;
 use super::key::LeaseKey;
+use super::load::{MAX_FIGURE, ShardLoad};
 
 /// Attribute names of a lease row; fixed, since operators read them.
 pub mod attr {
@@ -40,6 +41,13 @@ pub mod attr {
     /// `millisBehindLatest` (docs/lease-protocol.md). Written on renewals and checkpoints the holder
     /// makes anyway; absent until a holder has measured it.
     pub const LAG_MS: &str = "lag_ms";
+    /// The holder's moving figure of the shard's records per second (N), written with `lag_ms`
+    /// (see `lease::load`); absent until measured. With `LOAD_BYTES` and `LOAD_BUSY`, all or none.
+    pub const LOAD_RECORDS: &str = "load_records";
+    /// The holder's moving figure of the shard's record bytes per second (N).
+    pub const LOAD_BYTES: &str = "load_bytes";
+    /// The holder's moving figure of its processor's busy milliseconds per second on the shard (N).
+    pub const LOAD_BUSY: &str = "load_busy";
     /// On a membership row: where the worker takes handoff notices (S, `host:port` of its HTTP
     /// endpoints), so a worker that releases leases to it can tell it at once. Absent when unknown.
     pub const MEMBER_ADDRESS: &str = "member_address";
@@ -143,6 +151,9 @@ pub struct Lease {
     pub stream_created: Option<i64>,
     /// The holder's last measure of the shard's lag ([`attr::LAG_MS`]), `None` when never written.
     pub lag_ms: Option<u64>,
+    /// The holder's last measure of the shard's load ([`attr::LOAD_RECORDS`] and the two beside it),
+    /// `None` when never written.
+    pub load: Option<ShardLoad>,
 }
 
 impl Lease {
@@ -234,7 +245,37 @@ pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
     let handoff_to = string(attrs, attr::HANDOFF_TO).map_err(malformed)?;
     let stream_created = number(attrs, attr::STREAM_CREATED).map_err(malformed)?;
     let lag_ms = number(attrs, attr::LAG_MS).map_err(malformed)?;
-    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to, stream_created, lag_ms })
+    let load = decode_load(attrs).map_err(malformed)?;
+    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to, stream_created, lag_ms, load })
+}
+
+/// The three load attributes of `load`, as a holder's write sets them.
+pub fn load_values(load: &ShardLoad) -> [(&'static str, u64); 3] {
+    [
+        (attr::LOAD_RECORDS, load.records_per_s),
+        (attr::LOAD_BYTES, load.bytes_per_s),
+        (attr::LOAD_BUSY, load.busy_ms_per_s),
+    ]
+}
+
+/// The load a row carries: all three attributes or none; each a number no larger than [`MAX_FIGURE`]
+/// (a row is outside input: a figure no shard can carry is refused, never summed).
+fn decode_load(attrs: &Attributes) -> Result<Option<ShardLoad>, String> {
+    let records = number::<u64>(attrs, attr::LOAD_RECORDS)?;
+    let bytes = number::<u64>(attrs, attr::LOAD_BYTES)?;
+    let busy = number::<u64>(attrs, attr::LOAD_BUSY)?;
+    for (name, value) in [(attr::LOAD_RECORDS, records), (attr::LOAD_BYTES, bytes), (attr::LOAD_BUSY, busy)] {
+        if value.is_some_and(|v| v > MAX_FIGURE) {
+            return Err(format!("{name} is larger than {MAX_FIGURE}"));
+        }
+    }
+    match (records, bytes, busy) {
+        (None, None, None) => Ok(None),
+        (Some(records_per_s), Some(bytes_per_s), Some(busy_ms_per_s)) => {
+            Ok(Some(ShardLoad { records_per_s, bytes_per_s, busy_ms_per_s }))
+        }
+        _ => Err("load_records, load_bytes and load_busy must be written together".into()),
+    }
 }
 
 /// A worker's membership row as read.
@@ -422,6 +463,47 @@ mod tests {
             assert!(err.reason.contains(reason), "{err:?} should say {reason}");
             assert_eq!(err.key, raw_key(&attrs));
         }
+    }
+
+    #[test]
+    fn a_load_round_trips_and_bad_ones_are_refused() {
+        let base = || {
+            row(&[
+                ("lease_key", AttrValue::S("s:0".into())),
+                ("lease_counter", AttrValue::N("1".into())),
+                ("checkpoint", AttrValue::S("LATEST".into())),
+            ])
+        };
+        assert_eq!(decode(&base()).map(|l| l.load), Ok(None), "no load written yet");
+        for load in [
+            ShardLoad::default(),
+            ShardLoad { records_per_s: 1200, bytes_per_s: 1_048_576, busy_ms_per_s: 3500 },
+            ShardLoad { records_per_s: MAX_FIGURE, bytes_per_s: MAX_FIGURE, busy_ms_per_s: MAX_FIGURE },
+        ] {
+            let mut attrs = base();
+            for (name, value) in load_values(&load) {
+                attrs.insert(name.into(), AttrValue::N(value.to_string()));
+            }
+            assert_eq!(decode(&attrs).map(|l| l.load), Ok(Some(load)));
+        }
+        let bad: [(&[(&str, &str)], &str); 5] = [
+            (&[("load_records", "1"), ("load_bytes", "2")], "written together"),
+            (&[("load_records", "1"), ("load_bytes", "2"), ("load_busy", "-3")], "load_busy = -3 is out of range"),
+            (&[("load_records", "1099511627777"), ("load_bytes", "2"), ("load_busy", "3")], "load_records is larger"),
+            (&[("load_records", "1"), ("load_bytes", "99999999999999999999999"), ("load_busy", "3")], "out of range"),
+            (&[("load_records", "1.5"), ("load_bytes", "2"), ("load_busy", "3")], "out of range"),
+        ];
+        for (values, reason) in bad {
+            let mut attrs = base();
+            for (name, value) in values {
+                attrs.insert((*name).into(), AttrValue::N((*value).into()));
+            }
+            let err = decode(&attrs).expect_err("malformed");
+            assert!(err.reason.contains(reason), "{err:?} should say {reason}");
+        }
+        let mut attrs = base();
+        attrs.insert(attr::LOAD_BUSY.into(), AttrValue::S("hot".into()));
+        assert!(decode(&attrs).is_err(), "a load of the wrong type is malformed");
     }
 
     #[test]

@@ -105,6 +105,7 @@ mod tests {
             handoff_to: None,
             stream_created: None,
             lag_ms: None,
+            load: None,
         }
     }
 

@@ -67,13 +67,22 @@ fn checkpoint_expression(
 /// `set` (a `SET ...` clause) that also writes the holder's lag carried by `held`, when it measured
 /// one: the lag rides on writes the holder makes anyway.
 fn lag_expression(set: &str, held: &Lease, values: &mut Vec<(&'static str, AttributeValue)>) -> String {
-    match held.lag_ms {
+    let mut set = match held.lag_ms {
         Some(lag_ms) => {
             values.push((":lag", AttributeValue::N(lag_ms.to_string())));
             format!("{set}, {} = :lag", attr::LAG_MS)
         }
         None => set.to_string(),
+    };
+    // The load rides on the same writes (see `lease::load`).
+    let placeholders = [":load_records", ":load_bytes", ":load_busy"];
+    for ((name, value), placeholder) in
+        held.load.as_ref().map(super::row::load_values).into_iter().flatten().zip(placeholders)
+    {
+        values.push((placeholder, AttributeValue::N(value.to_string())));
+        set.push_str(&format!(", {name} = {placeholder}"));
     }
+    set
 }
 
 const HOLDER_CONDITION: &str = "lease_owner = :me AND lease_counter = :counter";

@@ -208,6 +208,7 @@ pub(super) fn test_lease(shard: usize, owner: Option<&str>) -> Lease {
         handoff_to: None,
         stream_created: None,
         lag_ms: None,
+        load: None,
     }
 }
 

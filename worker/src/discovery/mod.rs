@@ -358,6 +358,7 @@ mod tests {
             handoff_to: None,
             stream_created,
             lag_ms: None,
+            load: None,
         }
     }
 

@@ -94,6 +94,8 @@ struct Finished {
     covers: Checkpoint,
     /// The gate was closed when the record's processing was about to begin: it did not run.
     halted: bool,
+    /// How long the runner took over the record (the shard's load, `lease::load`).
+    spent: std::time::Duration,
 }
 
 /// Runs one shard's records under its ordering, concurrency and window.
@@ -113,6 +115,8 @@ pub struct Dispatcher {
     waiting: HashMap<u64, VecDeque<Admitted>>,
     hasher: RandomState,
     marks: Watermark,
+    /// Processing time of records finished since [`take_busy`](Self::take_busy) was last called.
+    busy: std::time::Duration,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -151,6 +155,7 @@ impl Dispatcher {
             waiting: HashMap::new(),
             hasher: RandomState::new(),
             marks: Watermark::default(),
+            busy: std::time::Duration::ZERO,
         }
     }
 
@@ -224,7 +229,13 @@ impl Dispatcher {
         self.marks.take_advanced()
     }
 
+    /// Processing time of the records finished since the previous call.
+    pub fn take_busy(&mut self) -> std::time::Duration {
+        std::mem::take(&mut self.busy)
+    }
+
     fn finished(&mut self, done: Finished) -> Result<(), Halted> {
+        self.busy += done.spent;
         if done.halted {
             return Err(Halted);
         }
@@ -278,11 +289,20 @@ impl Dispatcher {
                 // call to Kinesis or DynamoDB in between, a process stopped and resumed): the gate is
                 // asked again just before the processor runs, so nothing begins past the deadline.
                 if !gate() {
-                    let (outcome, halted) = (Outcome::Abandoned, true);
-                    return Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted };
+                    let (outcome, halted, spent) = (Outcome::Abandoned, true, std::time::Duration::ZERO);
+                    return Finished {
+                        ordinal: next.ordinal,
+                        key: next.key,
+                        outcome,
+                        covers: next.covers,
+                        halted,
+                        spent,
+                    };
                 }
+                let began = tokio::time::Instant::now();
                 let outcome = runner.run(processor.as_ref(), &next.record, &stop).await;
-                Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted: false }
+                let spent = began.elapsed();
+                Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted: false, spent }
             }));
         }
         Ok(())

@@ -391,6 +391,8 @@ impl ShardReader {
             self.run.held.lag().set_oldest_unfinished(records.first().and_then(|r| r.arrival_ms));
         }
         self.run.held.lag().measure(self.run.held.wall_ms());
+        let bytes: usize = records.iter().map(|r| r.data.len()).sum();
+        self.run.held.load().delivered(records.len() as u64, bytes as u64);
         let last_fetched = records.last().map(|r| r.sequence_number.clone());
         let window = self.run.settings.window;
         for record in records {
@@ -496,6 +498,7 @@ impl ShardReader {
             self.run.held.set_progress(position.clone());
         }
         self.run.held.lag().set_oldest_unfinished(d.oldest_pending_arrival());
+        self.run.held.load().busy(d.take_busy());
         Ok(())
     }
 

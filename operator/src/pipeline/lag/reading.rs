@@ -139,6 +139,7 @@ mod tests {
             handoff_to: None,
             stream_created: None,
             lag_ms,
+            load: None,
         }
     }
 

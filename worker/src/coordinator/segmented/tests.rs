@@ -15,6 +15,7 @@ fn lease(shard: &str, owner: Option<&str>, counter: u64) -> Lease {
         handoff_to: None,
         stream_created: None,
         lag_ms: None,
+        load: None,
     }
 }
 

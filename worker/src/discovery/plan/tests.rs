@@ -18,6 +18,7 @@ fn row(shard: &str, checkpoint: Checkpoint, counter: u64, parents: &[&str]) -> L
         handoff_to: None,
         stream_created: None,
         lag_ms: None,
+        load: None,
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `StreamConsumer` API of Leasehold (group `leasehold.io`, version `v1alpha1`): the resource the
 //! operator reconciles and, as its `spec`, the configuration file the worker binary reads.
 
+mod bounds;
 pub mod filter;
 mod reference;
 mod resolved;

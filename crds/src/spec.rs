@@ -273,7 +273,7 @@ pub enum DeletionPolicy {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WorkersSpec {
-    /// Fixed worker count (also driven by the scale subresource when autoscaling is off).
+    /// Fixed worker count, 0 or more (also driven by the scale subresource when autoscaling is off).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub replicas: Option<i32>,
@@ -287,10 +287,10 @@ pub struct WorkersSpec {
 #[x_kube(validation = Rule::new("(has(self.minReplicas) ? self.minReplicas : 1) <= self.maxReplicas").message("minReplicas must not exceed maxReplicas").field_path(".minReplicas"))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AutoscalingSpec {
-    /// Open shards per worker.
+    /// Open shards per worker (1 or more).
     #[schemars(range(min = 1))]
     pub shards_per_worker: i32,
-    /// Fewest workers. Default 1.
+    /// Fewest workers (0 or more). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub min_replicas: Option<i32>,
@@ -495,7 +495,7 @@ pub struct HttpProcessor {
 pub struct HttpBatch {
     /// Most records per request (1-500; 1 sends one record per request, without batching). Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1, max = 500))]
+    #[schemars(range(min = 1, max = crate::MAX_HTTP_BATCH))]
     pub max_records: Option<i32>,
     /// How long the first record of a batch waits for more before the batch is sent anyway. Default 5ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]

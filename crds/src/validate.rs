@@ -21,7 +21,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl fmt::Display) -> Self {
         Self { field: field.into(), message: message.to_string() }
     }
 }
@@ -60,8 +60,8 @@ fn utc_suffix(rest: &str) -> bool {
     matches!(rest, "" | "Z" | "+00:00")
 }
 
-/// The most records one http request may carry (`processor.http.batch.maxRecords`); the CRD schema
-/// says the same.
+/// The most records one http request may carry (`processor.http.batch.maxRecords`): the schema's
+/// range attribute names it, so the API server and the worker's check enforce it from there.
 pub const MAX_HTTP_BATCH: i32 = 500;
 
 /// True when `name` is `lengths` long and made of `a-z A-Z 0-9 _ - .` (the AWS naming rule of tables
@@ -93,14 +93,11 @@ pub fn valid_bucket_name(name: &str) -> bool {
         && edge(name.as_bytes().last())
 }
 
-/// Exactly one of `shards` (1-10000), `onDemand: true`.
+/// Exactly one of `shards`, `onDemand: true` (the shard count's range is the schema's: `bounds`).
 fn check_shape(errors: &mut Vec<FieldError>, field: &str, shape: Option<crate::spec::CreateIfMissing>) {
     let Some(shape) = shape else { return };
     if shape.shards.is_some() == (shape.on_demand == Some(true)) {
         errors.push(FieldError::new(field, "set exactly one of shards, onDemand: true"));
-    }
-    if shape.shards.is_some_and(|n| !(1..=10000).contains(&n)) {
-        errors.push(FieldError::new(format!("{field}.shards"), "must be 1 to 10000"));
     }
 }
 
@@ -165,6 +162,10 @@ impl StreamConsumerSpec {
         self.check_processor(&mut errors);
         self.check_workers(&mut errors);
         self.check_numbers(&mut errors);
+        match serde_json::to_value(self) {
+            Ok(spec) => crate::bounds::check(&spec, &mut errors),
+            Err(e) => errors.push(FieldError::new("spec", format!("cannot be read as JSON: {e}"))),
+        }
         crate::window::check(self, &mut errors);
         if let Some(table) = &self.lease_table
             && !valid_table_name(&table.name)
@@ -399,30 +400,11 @@ impl StreamConsumerSpec {
                 Some(_) => {}
             }
         }
-        if let Some(max) = p.http.as_ref().and_then(|h| h.batch.as_ref()).and_then(|b| b.max_records)
-            && !(1..=MAX_HTTP_BATCH).contains(&max)
-        {
-            errors.push(FieldError::new(
-                "spec.processor.http.batch.maxRecords",
-                format!("must be between 1 and {MAX_HTTP_BATCH} ({max} given)"),
-            ));
-        }
     }
 
     fn check_workers(&self, errors: &mut Vec<FieldError>) {
-        if let Some(replicas) = self.workers.replicas
-            && replicas < 0
-        {
-            errors.push(FieldError::new("spec.workers.replicas", "must be 0 or more"));
-        }
         if let Some(auto) = &self.workers.autoscaling {
-            if auto.shards_per_worker < 1 {
-                errors.push(FieldError::new("spec.workers.autoscaling.shardsPerWorker", "must be 1 or more"));
-            }
             let min = auto.min_replicas.unwrap_or(1);
-            if min < 0 {
-                errors.push(FieldError::new("spec.workers.autoscaling.minReplicas", "must be 0 or more"));
-            }
             if min > auto.max_replicas {
                 errors.push(FieldError::new(
                     "spec.workers.autoscaling.minReplicas",
@@ -433,22 +415,6 @@ impl StreamConsumerSpec {
     }
 
     fn check_numbers(&self, errors: &mut Vec<FieldError>) {
-        if let Some(concurrency) = self.concurrency
-            && !(1..=10_000).contains(&concurrency)
-        {
-            errors.push(FieldError::new("spec.concurrency", "must be between 1 and 10000"));
-        }
-        if let Some(rows) = self.lease.segment_rows
-            && !(1..=1000).contains(&rows)
-        {
-            errors.push(FieldError::new("spec.lease.segmentRows", "must be between 1 and 1000"));
-        }
-        if let Some(max) = self.reader.max_records
-            && !(1..=10_000).contains(&max)
-        {
-            errors
-                .push(FieldError::new("spec.reader.maxRecords", "must be between 1 and 10000 (the GetRecords limit)"));
-        }
         if let Some(name) = &self.reader.consumer_name
             && !valid_consumer_name(name)
         {
@@ -471,9 +437,6 @@ impl StreamConsumerSpec {
             }
         }
         if let Some(retry) = &self.retry {
-            if retry.max_attempts.is_some_and(|n| n < 1) {
-                errors.push(FieldError::new("spec.retry.maxAttempts", "must be 1 or more"));
-            }
             let dead_letter = retry.on_exhausted == Some(crate::spec::OnExhausted::DeadLetter);
             let destination = retry.dead_letter_stream.is_some()
                 || retry.dead_letter_queue.is_some()

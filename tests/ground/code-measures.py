@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Code measures for the structure issues: the largest source file and the longest functions of worker/src and
-operator/src, lease/src and aws/src (brace-matched `fn` bodies above each file's first `#[cfg(test)]`).
+"""Code measures for the structure issues: per workspace member (read from the root Cargo.toml, so a new crate
+is measured without editing this), the largest source file and the functions over 60 lines (brace-matched `fn`
+bodies above each file's first `#[cfg(test)]`), the longest first.
 
   tests/ground/code-measures.py [REPO_ROOT]    # default: the repository this script is in
 """
@@ -30,12 +31,18 @@ def fns(path):
             i = j+1 if started else i+1
         else: i+=1
     return out
-for crate in ['worker/src','operator/src','lease/src','aws/src']:
+def members():
+    text = open(os.path.join(root, 'Cargo.toml')).read()
+    block = re.search(r'^members\s*=\s*\[(.*?)\]', text, re.S | re.M)
+    if not block: sys.exit('code-measures: no [workspace] members in Cargo.toml')
+    return [m + '/src' for m in re.findall(r'"([^"]+)"', block.group(1))]
+for crate in members():
     files=[]; allf=[]
     for d,_,fs in os.walk(os.path.join(root,crate)):
         for f in fs:
             if f.endswith('.rs'):
                 p=os.path.join(d,f); n=sum(1 for _ in open(p)); files.append((n,p)); allf+=fns(p)
-    files.sort(); allf.sort()
-    print(crate, 'largest file', files[-1][0], files[-1][1].replace(root+'/',''))
+    files.sort(); allf.sort(reverse=True)
+    longest = f'{allf[0][0]} {allf[0][1]}' if allf else 'none'
+    print(crate, 'largest file', files[-1][0], files[-1][1].replace(root+'/',''), '| longest fn', longest)
     for f in [x for x in allf if x[0] > 60]: print('  fn', f[0], f[1], f[2].replace(root+'/',''), f[3])

@@ -175,63 +175,9 @@ impl StreamConsumerSpec {
                 format!("{:?} is not a DynamoDB table name (3-255 of a-z, A-Z, 0-9, _, -, .)", table.name),
             ));
         }
-        match (self.start_position, &self.start_timestamp) {
-            (Some(StartPosition::AtTimestamp), None) => {
-                errors.push(FieldError::new("spec.startTimestamp", "required with startPosition AT_TIMESTAMP"))
-            }
-            (Some(StartPosition::AtTimestamp), Some(ts))
-                if humantime::parse_rfc3339_weak(ts).is_err() || !ts.get(19..).is_some_and(utc_suffix) =>
-            {
-                errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time in UTC")))
-            }
-            (Some(StartPosition::AtTimestamp), Some(_)) => {}
-            (_, Some(_)) => {
-                errors.push(FieldError::new("spec.startTimestamp", "allowed only with startPosition AT_TIMESTAMP"))
-            }
-            _ => {}
-        }
-        let lease = &self.lease;
+        self.check_start_position(&mut errors);
+        let durations = self.durations(&mut errors);
         let http = self.processor.http.as_ref();
-        let d = ResolvedDurations::default();
-        let mut parse = |field: &str, value: Option<&String>, default| duration(&mut errors, field, value, default);
-        let durations = ResolvedDurations {
-            lease: parse("spec.lease.duration", lease.duration.as_ref(), d.lease),
-            renew_interval: parse("spec.lease.renewInterval", lease.renew_interval.as_ref(), d.renew_interval),
-            scan_interval: parse("spec.lease.scanInterval", lease.scan_interval.as_ref(), d.scan_interval),
-            shard_sync_interval: parse(
-                "spec.lease.shardSyncInterval",
-                lease.shard_sync_interval.as_ref(),
-                d.shard_sync_interval,
-            ),
-            checkpoint_interval: parse(
-                "spec.lease.checkpointInterval",
-                lease.checkpoint_interval.as_ref(),
-                d.checkpoint_interval,
-            ),
-            graceful_timeout: parse("spec.lease.gracefulTimeout", lease.graceful_timeout.as_ref(), d.graceful_timeout),
-            idle_time: parse("spec.reader.idleTime", self.reader.idle_time.as_ref(), d.idle_time),
-            subscription_idle_timeout: parse(
-                "spec.reader.subscriptionIdleTimeout",
-                self.reader.subscription_idle_timeout.as_ref(),
-                d.subscription_idle_timeout,
-            ),
-            retry_backoff: parse(
-                "spec.retry.backoff",
-                self.retry.as_ref().and_then(|r| r.backoff.as_ref()),
-                d.retry_backoff,
-            ),
-            http_timeout: parse("spec.processor.http.timeout", http.and_then(|h| h.timeout.as_ref()), d.http_timeout),
-            http_batch_max_delay: parse(
-                "spec.processor.http.batch.maxDelay",
-                http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_delay.as_ref()),
-                d.http_batch_max_delay,
-            ),
-            multilang_timeout: parse(
-                "spec.processor.multilang.timeout",
-                self.processor.multilang.as_ref().and_then(|m| m.timeout.as_ref()),
-                d.multilang_timeout,
-            ),
-        };
         if durations.renew_interval >= durations.lease {
             errors.push(FieldError::new(
                 "spec.lease.renewInterval",
@@ -375,6 +321,70 @@ impl StreamConsumerSpec {
                     _ => errors.push(FieldError::new(field, format!("{shard:?} is not <stream>:<shardId>"))),
                 }
             }
+        }
+    }
+
+    fn check_start_position(&self, errors: &mut Vec<FieldError>) {
+        match (self.start_position, &self.start_timestamp) {
+            (Some(StartPosition::AtTimestamp), None) => {
+                errors.push(FieldError::new("spec.startTimestamp", "required with startPosition AT_TIMESTAMP"))
+            }
+            (Some(StartPosition::AtTimestamp), Some(ts))
+                if humantime::parse_rfc3339_weak(ts).is_err() || !ts.get(19..).is_some_and(utc_suffix) =>
+            {
+                errors.push(FieldError::new("spec.startTimestamp", format!("{ts:?} is not an RFC 3339 time in UTC")))
+            }
+            (Some(StartPosition::AtTimestamp), Some(_)) => {}
+            (_, Some(_)) => {
+                errors.push(FieldError::new("spec.startTimestamp", "allowed only with startPosition AT_TIMESTAMP"))
+            }
+            _ => {}
+        }
+    }
+
+    /// Every duration of the spec parsed, each error pushed and its default taken in its place.
+    fn durations(&self, errors: &mut Vec<FieldError>) -> ResolvedDurations {
+        let lease = &self.lease;
+        let http = self.processor.http.as_ref();
+        let d = ResolvedDurations::default();
+        let mut parse = |field: &str, value: Option<&String>, default| duration(errors, field, value, default);
+        ResolvedDurations {
+            lease: parse("spec.lease.duration", lease.duration.as_ref(), d.lease),
+            renew_interval: parse("spec.lease.renewInterval", lease.renew_interval.as_ref(), d.renew_interval),
+            scan_interval: parse("spec.lease.scanInterval", lease.scan_interval.as_ref(), d.scan_interval),
+            shard_sync_interval: parse(
+                "spec.lease.shardSyncInterval",
+                lease.shard_sync_interval.as_ref(),
+                d.shard_sync_interval,
+            ),
+            checkpoint_interval: parse(
+                "spec.lease.checkpointInterval",
+                lease.checkpoint_interval.as_ref(),
+                d.checkpoint_interval,
+            ),
+            graceful_timeout: parse("spec.lease.gracefulTimeout", lease.graceful_timeout.as_ref(), d.graceful_timeout),
+            idle_time: parse("spec.reader.idleTime", self.reader.idle_time.as_ref(), d.idle_time),
+            subscription_idle_timeout: parse(
+                "spec.reader.subscriptionIdleTimeout",
+                self.reader.subscription_idle_timeout.as_ref(),
+                d.subscription_idle_timeout,
+            ),
+            retry_backoff: parse(
+                "spec.retry.backoff",
+                self.retry.as_ref().and_then(|r| r.backoff.as_ref()),
+                d.retry_backoff,
+            ),
+            http_timeout: parse("spec.processor.http.timeout", http.and_then(|h| h.timeout.as_ref()), d.http_timeout),
+            http_batch_max_delay: parse(
+                "spec.processor.http.batch.maxDelay",
+                http.and_then(|h| h.batch.as_ref()).and_then(|b| b.max_delay.as_ref()),
+                d.http_batch_max_delay,
+            ),
+            multilang_timeout: parse(
+                "spec.processor.multilang.timeout",
+                self.processor.multilang.as_ref().and_then(|m| m.timeout.as_ref()),
+                d.multilang_timeout,
+            ),
         }
     }
 

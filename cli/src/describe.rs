@@ -160,7 +160,7 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
                 State::WaitingForParents => summary.waiting_for_parents += 1,
                 State::Free => summary.free += 1,
             }
-            let lag_ms = snapshot.lag_ms.get(&lease.key.to_string()).copied();
+            let lag_ms = lease.lag_ms.and_then(|ms| i64::try_from(ms).ok());
             summary.max_lag_ms = summary.max_lag_ms.max(lag_ms);
             ShardRow {
                 stream: lease.key.stream().to_string(),
@@ -183,7 +183,7 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
         .map(|m| MemberView {
             owner: m.owner.clone(),
             alive: m.fresh(now),
-            draining: m.is_draining(),
+            draining: m.draining,
             leases: snapshot.leases.iter().filter(|l| l.is_held_by(&m.owner)).count(),
         })
         .collect();

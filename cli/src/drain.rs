@@ -14,16 +14,14 @@ use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use leasehold_worker::internals::lease::attr;
 use leasehold_worker::lease::{GroupRows, Lease, ShardLeases};
 use serde::Serialize;
 
 use crate::draining::{mark, unmark};
-use crate::error::{CliError, Result, sdk_message};
+use crate::error::{CliError, Result};
 use crate::output::{Format, structured};
 use crate::table::{MemberRow, Snapshot, now_ms, read};
 use crate::target::{Target, TargetArgs, kube_client, resolve};
@@ -86,32 +84,12 @@ fn held_by<'a>(snapshot: &'a Snapshot, worker: &str) -> Vec<&'a Lease> {
     snapshot.leases.iter().filter(|l| l.is_held_by(worker) && !l.checkpoint.is_shard_end()).collect()
 }
 
-/// Withdraws a request this command wrote, if the row is still as it left it (counter unchanged, the
-/// same asker); the counter does not move, as when it was written.
+/// Withdraws a request this command wrote on behalf of `asker`, if the row is still as it left it
+/// (counter unchanged, the same asker); the counter does not move, as when it was written. A row that
+/// moved on (handed over, or another request) has nothing of ours left on it.
 async fn withdraw(target: &Target, lease: &Lease, asker: &str) -> Result<()> {
-    let result = target
-        .dynamodb
-        .update_item()
-        .table_name(&target.table)
-        .key(attr::LEASE_KEY, AttributeValue::S(lease.key.to_string()))
-        .update_expression("REMOVE handoff_to")
-        .condition_expression("lease_counter = :counter AND handoff_to = :asker")
-        .expression_attribute_values(":counter", AttributeValue::N(lease.counter.to_string()))
-        .expression_attribute_values(":asker", AttributeValue::S(asker.to_string()))
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(()),
-        Err(e) => {
-            let message = sdk_message(&e);
-            // The row moved on (handed over, or another request): nothing of ours is left on it.
-            if message.starts_with("ConditionalCheckFailed") {
-                Ok(())
-            } else {
-                Err(CliError::Service(format!("withdrawing the request on {}: {message}", lease.key)))
-            }
-        }
-    }
+    target.store(asker).withdraw_handoff(lease).await?;
+    Ok(())
 }
 
 /// The worker named on the command line, and the consumer's arguments without it.
@@ -234,7 +212,7 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         )));
     }
     let others: Vec<&str> =
-        live.iter().filter(|m| m.owner != worker && !m.is_draining()).map(|m| m.owner.as_str()).collect();
+        live.iter().filter(|m| m.owner != worker && !m.draining).map(|m| m.owner.as_str()).collect();
     if others.is_empty() {
         let why = if live.len() > 1 { "every other live worker is draining" } else { "it is the only live worker" };
         return Err(CliError::Refused(format!(

@@ -5,65 +5,29 @@
 //! Both writes leave `lease_counter` alone: the counter is the worker's proof of life, moved only by its
 //! heartbeat, so a mark never makes a dead worker look alive (nor delays its removal).
 
-use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue};
-use leasehold_worker::internals::lease::{MEMBER_PREFIX, attr};
+use leasehold_worker::lease::{GroupRows, LeaseError};
 
-use crate::error::{CliError, Result, sdk_message};
-use crate::table::now_ms;
+use crate::error::{CliError, Result};
 use crate::target::Target;
 
 /// Marks `worker` draining, if its membership row exists (it is a member) and is not marked yet;
 /// false when it already was.
 pub async fn mark(target: &Target, worker: &str) -> Result<bool> {
-    let result = target
-        .dynamodb
-        .update_item()
-        .table_name(&target.table)
-        .key(attr::LEASE_KEY, AttributeValue::S(format!("{MEMBER_PREFIX}{worker}")))
-        .update_expression("SET #draining = if_not_exists(#draining, :since)")
-        .condition_expression("lease_owner = :worker")
-        .expression_attribute_names("#draining", attr::MEMBER_DRAINING)
-        .expression_attribute_values(":since", AttributeValue::N(now_ms().to_string()))
-        .expression_attribute_values(":worker", AttributeValue::S(worker.to_string()))
-        .return_values(ReturnValue::UpdatedOld)
-        .send()
-        .await;
-    match result {
-        // The old value, when there was one, says the mark was already there (its time is kept).
-        Ok(out) => Ok(out.attributes.is_none_or(|old| !old.contains_key(attr::MEMBER_DRAINING))),
-        Err(e) => {
-            let message = sdk_message(&e);
-            if message.starts_with("ConditionalCheckFailed") {
-                Err(CliError::NotFound(format!("worker {worker} has no membership row in {}: it left", target.name())))
-            } else {
-                Err(CliError::Service(format!("marking {worker} draining: {message}")))
-            }
+    match target.store("leasehold-cli").mark_draining(worker).await {
+        Ok(marked) => Ok(marked),
+        Err(LeaseError::ConditionFailed { .. }) => {
+            Err(CliError::NotFound(format!("worker {worker} has no membership row in {}: it left", target.name())))
         }
+        Err(e) => Err(CliError::Service(format!("marking {worker} draining: {e}"))),
     }
 }
 
 /// Removes `worker`'s draining mark; false when there was none (or no row: a worker that left takes
 /// its mark with it).
 pub async fn unmark(target: &Target, worker: &str) -> Result<bool> {
-    let result = target
-        .dynamodb
-        .update_item()
-        .table_name(&target.table)
-        .key(attr::LEASE_KEY, AttributeValue::S(format!("{MEMBER_PREFIX}{worker}")))
-        .update_expression("REMOVE #draining")
-        .condition_expression("attribute_exists(#draining)")
-        .expression_attribute_names("#draining", attr::MEMBER_DRAINING)
-        .send()
-        .await;
-    match result {
-        Ok(_) => Ok(true),
-        Err(e) => {
-            let message = sdk_message(&e);
-            if message.starts_with("ConditionalCheckFailed") {
-                Ok(false)
-            } else {
-                Err(CliError::Service(format!("removing {worker}'s draining mark: {message}")))
-            }
-        }
-    }
+    target
+        .store("leasehold-cli")
+        .unmark_draining(worker)
+        .await
+        .map_err(|e| CliError::Service(format!("removing {worker}'s draining mark: {e}")))
 }

@@ -134,6 +134,11 @@ pub trait ShardLeases: Send + Sync {
     /// shows (a caller replaces a request it judged stale: its asker gone or already at its share).
     async fn request_handoff(&self, seen: &Lease) -> Result<Lease>;
 
+    /// Takes back the handoff request this worker wrote on `seen` (removes `handoff_to`, counter left
+    /// alone), only if the row is unchanged since `seen` and the request is still this worker's; false
+    /// when the row moved on (handed over, or asked for by another), so nothing of this worker's is left.
+    async fn withdraw_handoff(&self, seen: &Lease) -> Result<bool>;
+
     /// Replaces a row with a fresh one (`new`'s checkpoint, parents and stamp; counter + 1; owner and
     /// expiry kept), only if it is unchanged since `seen` was read: a row of a former incarnation of its
     /// stream, swapped in one write so the shard is never without a row. A holder of the old row loses
@@ -158,6 +163,15 @@ pub trait GroupRows: Send + Sync {
     /// Deletes the membership row of a worker this store has seen silent for a lease duration, only if
     /// its counter is still `member.counter`.
     async fn remove_member(&self, member: &Member) -> Result<()>;
+
+    /// Marks worker `worker`'s membership row draining ([`row::attr::MEMBER_DRAINING`], the time of the
+    /// mark), if the row exists; the counter is left alone (it is the worker's proof of life, moved only
+    /// by its heartbeat). True when this call marked it, false when the mark was there (its time kept);
+    /// [`LeaseError::ConditionFailed`] when the worker has no membership row.
+    async fn mark_draining(&self, worker: &str) -> Result<bool>;
+
+    /// Removes worker `worker`'s draining mark, counter left alone; false when there was none (or no row).
+    async fn unmark_draining(&self, worker: &str) -> Result<bool>;
 
     /// Moves the counter of the group's change row ([`changes_key`]), creating the row if absent, and
     /// touches nothing else: a signal to workers that read the whole table rarely that the shares

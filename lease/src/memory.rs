@@ -235,6 +235,17 @@ impl ShardLeases for MemoryLeaseStore {
         Ok(decode(row)?)
     }
 
+    async fn withdraw_handoff(&self, seen: &Lease) -> Result<bool> {
+        let mut rows = self.table.rows();
+        let Some(row) = rows.get_mut(&seen.key.to_string()) else { return Ok(false) };
+        let Ok(current) = decode(row) else { return Ok(false) };
+        if current.counter != seen.counter || current.handoff_to.as_deref() != Some(self.settings.owner.as_str()) {
+            return Ok(false);
+        }
+        row.remove(attr::HANDOFF_TO);
+        Ok(true)
+    }
+
     async fn delete(&self, seen: &Lease) -> Result<()> {
         self.delete_if_unchanged(&seen.key, seen.counter, "delete")
     }
@@ -285,6 +296,24 @@ impl GroupRows for MemoryLeaseStore {
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
         self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member")
+    }
+
+    async fn mark_draining(&self, worker: &str) -> Result<bool> {
+        let mut rows = self.table.rows();
+        let row = rows
+            .get_mut(&member_row_key(worker))
+            .filter(|row| matches!(row.get(attr::LEASE_OWNER), Some(AttrValue::S(owner)) if owner == worker))
+            .ok_or_else(|| LeaseError::ConditionFailed { key: member_key(worker), operation: "mark draining" })?;
+        if row.contains_key(attr::MEMBER_DRAINING) {
+            return Ok(false);
+        }
+        row.insert(attr::MEMBER_DRAINING.into(), AttrValue::N(self.settings.clock.wall_ms().to_string()));
+        Ok(true)
+    }
+
+    async fn unmark_draining(&self, worker: &str) -> Result<bool> {
+        let mut rows = self.table.rows();
+        Ok(rows.get_mut(&member_row_key(worker)).and_then(|row| row.remove(attr::MEMBER_DRAINING)).is_some())
     }
 
     async fn requeue_secret(&self) -> Result<String> {

@@ -291,6 +291,16 @@ pub struct Member {
     pub address: Option<String>,
     /// True while the row carries [`attr::MEMBER_DRAINING`]: the worker hands its leases away.
     pub draining: bool,
+    /// The expiry its last heartbeat wrote (epoch ms, the worker's wall clock): for tools that judge
+    /// liveness from one read; workers judge by the counter on their own clock.
+    pub expiry_ms: Option<i64>,
+}
+
+impl Member {
+    /// True while its last heartbeat's expiry lies ahead of `now_ms` (a wall clock, epoch ms).
+    pub fn fresh(&self, now_ms: i64) -> bool {
+        self.expiry_ms.is_some_and(|expiry| expiry > now_ms)
+    }
 }
 
 /// True when the row is a membership row rather than a shard's lease.
@@ -308,7 +318,8 @@ pub fn decode_member(attrs: &Attributes) -> Result<Member, Malformed> {
         .ok_or_else(|| malformed("lease_counter is missing".into()))?;
     let address = string(attrs, attr::MEMBER_ADDRESS).map_err(malformed)?;
     let draining = number::<i64>(attrs, attr::MEMBER_DRAINING).map_err(malformed)?.is_some();
-    Ok(Member { owner, counter, alive: true, address, draining })
+    let expiry_ms = number(attrs, attr::LEASE_EXPIRY).map_err(malformed)?;
+    Ok(Member { owner, counter, alive: true, address, draining, expiry_ms })
 }
 
 /// A row of the table as read: a shard's lease or a worker's membership.

@@ -659,6 +659,51 @@ async fn announcing_moves_only_the_change_rows_counter<H: Harness>(h: &H) {
     assert_eq!(page.terms.iter().filter(|t| t.key == changes).count(), 1, "it reads as a term row");
 }
 
+async fn drain_marks_are_set_once_and_leave_the_counter<H: Harness>(h: &H) {
+    let (a, tool) = (h.store("a", clock()), h.store("leasehold-cli", clock()));
+    assert!(
+        matches!(tool.mark_draining("a").await, Err(LeaseError::ConditionFailed { .. })),
+        "no membership row, no mark"
+    );
+    assert!(!tool.unmark_draining("a").await.unwrap(), "no row: nothing to remove");
+    a.heartbeat().await.unwrap();
+    let member = |page: leasehold_worker::lease::LeasePage| page.members.into_iter().find(|m| m.owner == "a").unwrap();
+    let before = member(tool.list().await.unwrap());
+    assert!(!before.draining && before.expiry_ms.is_some(), "a fresh row, its expiry read: {before:?}");
+    assert!(tool.mark_draining("a").await.unwrap(), "the first mark writes");
+    assert!(!tool.mark_draining("a").await.unwrap(), "the second finds it there");
+    let marked = member(tool.list().await.unwrap());
+    assert!(marked.draining);
+    assert_eq!(marked.counter, before.counter, "a mark never moves the worker's proof of life");
+    a.heartbeat().await.unwrap();
+    assert!(member(a.list().await.unwrap()).draining, "the heartbeat keeps the mark");
+    assert!(tool.unmark_draining("a").await.unwrap(), "the mark removed");
+    assert!(!tool.unmark_draining("a").await.unwrap(), "and only once");
+    let after = member(tool.list().await.unwrap());
+    assert!(!after.draining);
+    assert_eq!(after.counter, before.counter + 1, "only the heartbeat moved the counter");
+}
+
+async fn a_handoff_request_is_withdrawn_only_by_its_asker_on_an_unchanged_row<H: Harness>(h: &H) {
+    let (a, b, c) = (h.store("a", clock()), h.store("b", clock()), h.store("c", clock()));
+    let k = key(0);
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
+    let asked = b.request_handoff(&read(&*b, &k).await).await.unwrap();
+    assert!(!c.withdraw_handoff(&asked).await.unwrap(), "c did not ask: b's request stays");
+    assert_eq!(read(&*c, &k).await.handoff_to.as_deref(), Some("b"));
+    assert!(b.withdraw_handoff(&asked).await.unwrap(), "b takes its request back");
+    let now = read(&*b, &k).await;
+    assert_eq!((now.handoff_to, now.counter), (None, asked.counter), "removed without moving the counter");
+    assert!(!b.withdraw_handoff(&asked).await.unwrap(), "nothing left to withdraw");
+    // A row that moved on since the request (renewed here) keeps whatever it carries now.
+    let asked = b.request_handoff(&read(&*b, &k).await).await.unwrap();
+    let renewed = a.renew(&held).await.unwrap();
+    assert!(!b.withdraw_handoff(&asked).await.unwrap(), "the row moved on: refused");
+    assert_eq!(read(&*b, &k).await.handoff_to.as_deref(), Some("b"), "the request is still on the row");
+    assert!(b.withdraw_handoff(&read(&*b, &k).await).await.unwrap());
+    assert!(renewed.is_held_by("a"));
+}
+
 macro_rules! conformance {
     ($harness:ident: $($case:ident),* $(,)?) => {
         $(
@@ -701,6 +746,8 @@ macro_rules! suite {
                     heartbeats_keep_a_draining_mark,
                     segments_split_the_table_and_watch_expiry_like_a_whole_read,
                     announcing_moves_only_the_change_rows_counter,
+                    drain_marks_are_set_once_and_leave_the_counter,
+                    a_handoff_request_is_withdrawn_only_by_its_asker_on_an_unchanged_row,
                 );
             }
         )*

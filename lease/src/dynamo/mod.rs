@@ -327,8 +327,32 @@ impl ShardLeases for DynamoLeaseStore {
         self.update(&seen.key, update).await
     }
 
+    async fn withdraw_handoff(&self, seen: &Lease) -> Result<bool> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(&seen.key))
+            .update_expression(format!("REMOVE {}", attr::HANDOFF_TO))
+            .condition_expression(format!("{} = :counter AND {} = :me", attr::LEASE_COUNTER, attr::HANDOFF_TO))
+            .expression_attribute_values(":counter", AttributeValue::N(seen.counter.to_string()))
+            .expression_attribute_values(":me", AttributeValue::S(self.settings.owner.clone()))
+            .send()
+            .await;
+        refused_as_false(result.map_err(|e| classify(e, self.request(Some(&seen.key), "withdraw handoff"))))
+    }
+
     async fn delete(&self, seen: &Lease) -> Result<()> {
         self.delete_if_unchanged(&seen.key, seen.counter, "delete").await
+    }
+}
+
+/// A conditional write's outcome as "did it write": a refused condition is `false`, not an error.
+fn refused_as_false<T>(result: Result<T>) -> Result<bool> {
+    match result {
+        Ok(_) => Ok(true),
+        Err(LeaseError::ConditionFailed { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -404,6 +428,42 @@ impl GroupRows for DynamoLeaseStore {
 
     async fn remove_member(&self, member: &Member) -> Result<()> {
         self.delete_if_unchanged(&member_key(&member.owner), member.counter, "remove member").await
+    }
+
+    async fn mark_draining(&self, worker: &str) -> Result<bool> {
+        let key = member_key(worker);
+        let out = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::member_key_value(worker))
+            .update_expression("SET #draining = if_not_exists(#draining, :since)")
+            .condition_expression("#owner = :worker")
+            .expression_attribute_names("#draining", attr::MEMBER_DRAINING)
+            .expression_attribute_names("#owner", attr::LEASE_OWNER)
+            .expression_attribute_values(":since", AttributeValue::N(self.settings.clock.wall_ms().to_string()))
+            .expression_attribute_values(":worker", AttributeValue::S(worker.to_string()))
+            .return_values(ReturnValue::UpdatedOld)
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(&key), "mark draining")))?;
+        // The old value, when there was one, says the mark was already there (its time is kept).
+        Ok(out.attributes.is_none_or(|old| !old.contains_key(attr::MEMBER_DRAINING)))
+    }
+
+    async fn unmark_draining(&self, worker: &str) -> Result<bool> {
+        let key = member_key(worker);
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::member_key_value(worker))
+            .update_expression("REMOVE #draining")
+            .condition_expression("attribute_exists(#draining)")
+            .expression_attribute_names("#draining", attr::MEMBER_DRAINING)
+            .send()
+            .await;
+        refused_as_false(result.map_err(|e| classify(e, self.request(Some(&key), "remove draining mark"))))
     }
 
     async fn requeue_secret(&self) -> Result<String> {

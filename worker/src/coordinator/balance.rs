@@ -222,7 +222,7 @@ mod tests {
     }
 
     fn member(owner: &str, alive: bool) -> Member {
-        Member { owner: owner.into(), counter: 1, alive, address: None, draining: false }
+        Member { owner: owner.into(), counter: 1, alive, address: None, draining: false, expiry_ms: None }
     }
 
     fn running(leases: &[Lease], me: &str) -> HashSet<LeaseKey> {

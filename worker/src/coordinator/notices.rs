@@ -667,7 +667,14 @@ mod tests {
     }
 
     fn member(owner: &str, address: Option<&str>, alive: bool) -> Member {
-        Member { owner: owner.into(), counter: 1, alive, address: address.map(str::to_string), draining: false }
+        Member {
+            owner: owner.into(),
+            counter: 1,
+            alive,
+            address: address.map(str::to_string),
+            draining: false,
+            expiry_ms: None,
+        }
     }
 
     fn secret() -> HandoffSecret {

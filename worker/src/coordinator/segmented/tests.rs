@@ -25,7 +25,14 @@ fn the_shape_changes_with_the_spread_and_the_group_but_not_with_renewals() {
         leases: owners.iter().enumerate().map(|(i, o)| lease(&format!("s{i}"), *o, counter)).collect(),
         members: members
             .iter()
-            .map(|m| Member { owner: (*m).into(), counter, alive: true, address: None, draining: false })
+            .map(|m| Member {
+                owner: (*m).into(),
+                counter,
+                alive: true,
+                address: None,
+                draining: false,
+                expiry_ms: None,
+            })
             .collect(),
         ..LeasePage::default()
     };
@@ -47,7 +54,14 @@ fn a_partial_read_updates_only_the_rows_it_read() {
     let mut view = TableView::default();
     let whole = LeasePage {
         leases: vec![lease("a", Some("w1"), 1), lease("b", Some("w2"), 1)],
-        members: vec![Member { owner: "w1".into(), counter: 1, alive: true, address: None, draining: false }],
+        members: vec![Member {
+            owner: "w1".into(),
+            counter: 1,
+            alive: true,
+            address: None,
+            draining: false,
+            expiry_ms: None,
+        }],
         ..LeasePage::default()
     };
     view.merge(&whole);
@@ -60,7 +74,7 @@ fn a_partial_read_updates_only_the_rows_it_read() {
 }
 
 fn member(owner: &str, alive: bool) -> Member {
-    Member { owner: owner.into(), counter: 1, alive, address: None, draining: false }
+    Member { owner: owner.into(), counter: 1, alive, address: None, draining: false, expiry_ms: None }
 }
 
 fn settings() -> CoordinatorSettings {

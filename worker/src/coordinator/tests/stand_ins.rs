@@ -90,6 +90,10 @@ impl ShardLeases for Severable {
         self.check()?;
         self.inner.request_handoff(seen).await
     }
+    async fn withdraw_handoff(&self, seen: &Lease) -> Result<bool> {
+        self.check()?;
+        self.inner.withdraw_handoff(seen).await
+    }
     async fn replace(&self, seen: &Lease, new: &NewLease) -> Result<()> {
         self.check()?;
         self.inner.replace(seen, new).await
@@ -113,6 +117,14 @@ impl GroupRows for Severable {
     async fn remove_member(&self, member: &Member) -> Result<()> {
         self.check()?;
         self.inner.remove_member(member).await
+    }
+    async fn mark_draining(&self, worker: &str) -> Result<bool> {
+        self.check()?;
+        self.inner.mark_draining(worker).await
+    }
+    async fn unmark_draining(&self, worker: &str) -> Result<bool> {
+        self.check()?;
+        self.inner.unmark_draining(worker).await
     }
     async fn announce(&self) -> Result<()> {
         self.check()?;

@@ -367,6 +367,7 @@ fn plan(
             stream_created: None,
             lag_ms: None,
             load: None,
+            window_records: None,
         });
         entry.checkpoint = c.checkpoint.clone();
     }
@@ -508,6 +509,7 @@ mod tests {
             stream_created: None,
             lag_ms: None,
             load: None,
+            window_records: None,
         }
     }
 

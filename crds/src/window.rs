@@ -77,6 +77,13 @@ pub struct WindowStatus {
     /// Shards with a row in the window's table.
     #[serde(default)]
     pub shards: i32,
+    /// Records handed to the processor over every shard, as counted in the rows at checkpoints
+    /// (`window_records`; repeats after a crash counted again). Absent until a worker wrote one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_replayed: Option<i64>,
+    /// The window's `deletionPolicy` as applied (`Delete` or `Retain`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<String>,
     /// Each shard's progress (`<stream>:<shardId>` and its checkpoint), at most 100 listed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub progress: Vec<WindowShardProgress>,
@@ -94,8 +101,17 @@ pub struct WindowStatus {
 pub struct WindowShardProgress {
     /// `<stream>:<shardId>`.
     pub shard: String,
-    /// Its checkpoint (`SHARD_END` once finished).
+    /// Its checkpoint (`SHARD_END` once finished): the last position processed.
     pub checkpoint: String,
+    /// `reading` or `finished`.
+    #[serde(default)]
+    pub state: String,
+    /// Records of this shard handed to the processor, as counted at its last checkpoint.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<i64>,
+    /// The worker holding it, while read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Epoch milliseconds of an RFC 3339 time in UTC.

@@ -2,6 +2,7 @@
 //! stop using it, and the signal that it was lost. Every write on it goes through here, one at a time,
 //! so a checkpoint never races a renewal on the counter.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -24,6 +25,9 @@ pub struct HeldLease {
     stream_created: Option<i64>,
     lag: ShardLag,
     load: LoadMeter,
+    /// Window consumers: records handed to the processor, from the row's count on (see
+    /// [`HeldLease::replayed`]).
+    replayed: AtomicU64,
 }
 
 impl std::fmt::Debug for HeldLease {
@@ -37,6 +41,7 @@ impl HeldLease {
     pub fn new(store: Arc<dyn LeaseStore>, lease: Lease, sent: Instant) -> Self {
         let duration = store.settings().duration;
         let progress = Mutex::new(lease.checkpoint.clone());
+        let replayed = AtomicU64::new(lease.window_records.unwrap_or(0));
         Self {
             stream_created: lease.stream_created,
             store,
@@ -49,6 +54,7 @@ impl HeldLease {
             duration,
             lag: ShardLag::default(),
             load: LoadMeter::default(),
+            replayed,
         }
     }
 
@@ -63,11 +69,21 @@ impl HeldLease {
         &self.load
     }
 
+    /// Counts `n` more records of a window handed to the processor; renewals and checkpoints carry the
+    /// total into the row (`window_records`).
+    pub fn replayed(&self, n: u64) {
+        self.replayed.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// `lease` carrying the lag and load measured now, for a renewal or checkpoint to write.
     fn with_lag(&self, lease: Lease) -> Lease {
         let lag_ms = self.lag.measure(self.wall_ms()).map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX));
         let load = self.load.measure().or(lease.load);
-        Lease { lag_ms, load, ..lease }
+        let window_records = match (lease.window_records, self.replayed.load(Ordering::Relaxed)) {
+            (None, 0) => None,
+            (_, n) => Some(n),
+        };
+        Lease { lag_ms, load, window_records, ..lease }
     }
 
     /// The row's key.

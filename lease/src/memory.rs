@@ -64,6 +64,9 @@ fn put_lag(row: &mut Attributes, held: &Lease) {
     for (name, value) in held.load.as_ref().map(super::row::load_values).into_iter().flatten() {
         row.insert(name.into(), AttrValue::N(value.to_string()));
     }
+    if let Some(records) = held.window_records {
+        row.insert(attr::WINDOW_RECORDS.into(), AttrValue::N(records.to_string()));
+    }
 }
 
 /// A [`LeaseStore`] over a [`MemoryLeaseTable`].

@@ -48,6 +48,10 @@ pub mod attr {
     pub const LOAD_BYTES: &str = "load_bytes";
     /// The holder's moving figure of its processor's busy milliseconds per second on the shard (N).
     pub const LOAD_BUSY: &str = "load_busy";
+    /// Window consumers (`spec.window`): records of the shard handed to the processor so far (N), as
+    /// its holders counted them, written with `lag_ms` (no extra write). A holder taking the lease over
+    /// counts on from it, so repeats after a crash are counted again. Absent on live consumers' rows.
+    pub const WINDOW_RECORDS: &str = "window_records";
     /// On a membership row: where the worker takes handoff notices (S, `host:port` of its HTTP
     /// endpoints), so a worker that releases leases to it can tell it at once. Absent when unknown.
     pub const MEMBER_ADDRESS: &str = "member_address";
@@ -154,6 +158,9 @@ pub struct Lease {
     /// The holder's last measure of the shard's load ([`attr::LOAD_RECORDS`] and the two beside it),
     /// `None` when never written.
     pub load: Option<ShardLoad>,
+    /// Window consumers: records handed to the processor ([`attr::WINDOW_RECORDS`]), `None` when never
+    /// written.
+    pub window_records: Option<u64>,
 }
 
 impl Lease {
@@ -246,7 +253,20 @@ pub fn decode(attrs: &Attributes) -> Result<Lease, Malformed> {
     let stream_created = number(attrs, attr::STREAM_CREATED).map_err(malformed)?;
     let lag_ms = number(attrs, attr::LAG_MS).map_err(malformed)?;
     let load = decode_load(attrs).map_err(malformed)?;
-    Ok(Lease { key, owner, expiry_ms, counter, checkpoint, parent_shard_ids, handoff_to, stream_created, lag_ms, load })
+    let window_records = number(attrs, attr::WINDOW_RECORDS).map_err(malformed)?;
+    Ok(Lease {
+        key,
+        owner,
+        expiry_ms,
+        counter,
+        checkpoint,
+        parent_shard_ids,
+        handoff_to,
+        stream_created,
+        lag_ms,
+        load,
+        window_records,
+    })
 }
 
 /// The three load attributes of `load`, as a holder's write sets them.

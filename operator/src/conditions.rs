@@ -67,7 +67,8 @@ impl Verdicts {
     }
 }
 
-fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &[Condition]) -> Condition {
+/// One condition of `verdict`, its transition time carried over from `previous` while its status stays.
+pub(crate) fn condition(kind: &str, verdict: &Verdict, generation: Option<i64>, previous: &[Condition]) -> Condition {
     let status = if verdict.ok { "True" } else { "False" };
     // The transition time moves only when the status does (API conventions).
     let last_transition_time = previous

@@ -132,6 +132,9 @@ pub fn error_policy(consumer: Arc<StreamConsumer>, error: &Error, ctx: Arc<Conte
 /// The resource is being deleted: deregister the stream consumers it registered, then apply the
 /// table's deletion policy.
 async fn cleanup(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
+    // A window consumer's table is seen as its leaseTable, with window.deletionPolicy.
+    let windowed = crate::window::with_table(consumer);
+    let consumer = windowed.as_ref();
     ctx.metrics.forget_consumer(&pipeline::consumer_labels(consumer));
     ctx.lease_reads.forget(&crate::context::object_key(consumer));
     release_stream_consumers(consumer, ctx).await?;

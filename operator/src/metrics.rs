@@ -75,6 +75,14 @@ pub struct Metrics {
     /// Open shards whose row has no live holder, per consumer.
     pub unheld_shards: Family<ConsumerLabels, Gauge>,
     /// The shard series exported per consumer, so shards that went away lose theirs.
+    /// Window consumers: shards with a row in the window's table.
+    pub window_shards: Family<ConsumerLabels, Gauge>,
+    /// Window consumers: shards finished (rows at `SHARD_END`).
+    pub window_shards_finished: Family<ConsumerLabels, Gauge>,
+    /// Window consumers: records handed to the processor, as the rows count them.
+    pub window_records_replayed: Family<ConsumerLabels, Gauge>,
+    /// Window consumers: 1 once the window is completed.
+    pub window_completed: Family<ConsumerLabels, Gauge>,
     exported_shards: Arc<Mutex<HashMap<ConsumerLabels, BTreeSet<String>>>>,
 }
 
@@ -113,8 +121,37 @@ impl Default for Metrics {
             "Open shards whose lease row has no owner or whose lease ran out, as last read",
             unheld_shards.clone(),
         );
+        let window_shards = Family::<ConsumerLabels, Gauge>::default();
+        let window_shards_finished = Family::<ConsumerLabels, Gauge>::default();
+        let window_records_replayed = Family::<ConsumerLabels, Gauge>::default();
+        let window_completed = Family::<ConsumerLabels, Gauge>::default();
+        let window = registry.sub_registry_with_prefix("leasehold_consumer");
+        window.register(
+            "window_shards",
+            "Shards of a window consumer with a row in its lease table",
+            window_shards.clone(),
+        );
+        window.register(
+            "window_shards_finished",
+            "Shards of a window consumer finished (rows at SHARD_END)",
+            window_shards_finished.clone(),
+        );
+        window.register(
+            "window_records_replayed",
+            "Records of a window consumer handed to its processor, as its rows count them",
+            window_records_replayed.clone(),
+        );
+        window.register(
+            "window_completed",
+            "1 once every shard of a window consumer is finished",
+            window_completed.clone(),
+        );
         Self {
             registry: Arc::new(registry),
+            window_shards,
+            window_shards_finished,
+            window_records_replayed,
+            window_completed,
             reconciles,
             failures,
             duration,
@@ -165,6 +202,11 @@ impl Metrics {
     pub fn forget_consumer(&self, consumer: &ConsumerLabels) {
         self.consumer_lag.remove(consumer);
         self.unheld_shards.remove(consumer);
+        for family in
+            [&self.window_shards, &self.window_shards_finished, &self.window_records_replayed, &self.window_completed]
+        {
+            family.remove(consumer);
+        }
         let mut exported = self.exported_shards.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for shard in exported.remove(consumer).unwrap_or_default() {
             self.shard_lag.remove(&shard_labels(consumer, &shard));
@@ -202,6 +244,10 @@ mod tests {
         metrics.failed("table");
         metrics.consumer_lag.get_or_create(&consumer).set(1.0);
         metrics.unheld_shards.get_or_create(&consumer).set(0);
+        for family in [&metrics.window_shards, &metrics.window_shards_finished, &metrics.window_records_replayed] {
+            family.get_or_create(&consumer).set(1);
+        }
+        metrics.window_completed.get_or_create(&consumer).set(0);
         metrics.shard_lag.get_or_create(&shard_labels(&consumer, "orders:shardId-0")).set(1.0);
         let families = metric_families(&metrics.text());
         let unseen: Vec<&str> = families.iter().filter(|f| f.samples == 0).map(|f| f.name.as_str()).collect();

@@ -1,6 +1,8 @@
 //! Window consumers (`spec.window`) as the workers see them: the end pinned, the table named
 //! (docs/operations.md, "Replay").
 
+use std::borrow::Cow;
+
 use kube::ResourceExt;
 use leasehold_crds::{
     BillingMode, DeletionPolicy, END_NOW, LeaseTableSpec, StreamConsumer, StreamConsumerSpec, format_time_ms,
@@ -26,6 +28,23 @@ pub fn pin_for_workers(consumer: &StreamConsumer, spec: &mut StreamConsumerSpec)
         read_capacity: None,
         write_capacity: None,
     });
+}
+
+/// `consumer` as the operator's stages see it: a window consumer carries its window's lease table
+/// (named by [`window_table_name`], policy `window.deletionPolicy`, default `Delete`) as `leaseTable`,
+/// so the table stage creates it, the rows are read and the finalizer applies its policy as for any
+/// table. A consumer without `window` is borrowed as it is.
+pub fn with_table(consumer: &StreamConsumer) -> Cow<'_, StreamConsumer> {
+    let Some(window) = &consumer.spec.window else { return Cow::Borrowed(consumer) };
+    let mut view = consumer.clone();
+    view.spec.lease_table = Some(LeaseTableSpec {
+        name: window_table_name(&consumer.namespace().unwrap_or_default(), &consumer.name_any()),
+        billing_mode: Some(BillingMode::PayPerRequest),
+        deletion_policy: Some(window.table_policy()),
+        read_capacity: None,
+        write_capacity: None,
+    });
+    Cow::Owned(view)
 }
 
 #[cfg(test)]
@@ -56,6 +75,20 @@ mod tests {
         let mut again = c.spec.clone();
         pin_for_workers(&c, &mut again);
         assert_eq!(again, spec, "every reconcile pins the same end");
+    }
+
+    #[test]
+    fn the_stages_see_the_window_table_with_its_policy() {
+        let c = consumer("window: {start: '2026-12-03T14:00:00Z', end: now}\n");
+        let table = with_table(&c).spec.lease_table.clone().expect("a table");
+        assert_eq!(table.name, "leasehold-window-shop-orders-replay");
+        assert_eq!(table.deletion_policy, Some(DeletionPolicy::Delete), "Delete by default");
+        let kept = consumer("window: {start: '2026-12-03T14:00:00Z', end: now, deletionPolicy: Retain}\n");
+        assert_eq!(
+            with_table(&kept).spec.lease_table.clone().and_then(|t| t.deletion_policy),
+            Some(DeletionPolicy::Retain)
+        );
+        assert!(matches!(with_table(&consumer("")), Cow::Borrowed(_)));
     }
 
     #[test]

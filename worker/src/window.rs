@@ -106,6 +106,7 @@ mod tests {
             stream_created: None,
             lag_ms: None,
             load: None,
+            window_records: None,
         }
     }
 

@@ -82,6 +82,11 @@ fn lag_expression(set: &str, held: &Lease, values: &mut Vec<(&'static str, Attri
         values.push((placeholder, AttributeValue::N(value.to_string())));
         set.push_str(&format!(", {name} = {placeholder}"));
     }
+    // A window's records count too (see `attr::WINDOW_RECORDS`).
+    if let Some(records) = held.window_records {
+        values.push((":window_records", AttributeValue::N(records.to_string())));
+        set.push_str(&format!(", {} = :window_records", attr::WINDOW_RECORDS));
+    }
     set
 }
 

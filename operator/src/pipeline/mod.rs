@@ -25,6 +25,8 @@ pub mod stream_consumers;
 pub mod table;
 pub mod table_capacity;
 pub mod validate;
+pub mod window_finish;
+pub mod window_status;
 
 use std::time::Duration;
 
@@ -67,11 +69,18 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
                 capacity: previous.capacity,
                 lag: previous.lag,
                 lag_scaling: previous.lag_scaling,
+                window: previous.window,
             };
             write_status(consumer, ctx, &report).await?;
             return Err(error);
         }
     };
+    // A window consumer: its own table, seen as leaseTable; once completed, only the finish runs.
+    let windowed = crate::window::with_table(consumer);
+    let consumer = windowed.as_ref();
+    if let Some(finished) = window_finish::after_completion(consumer, ctx, &resolved).await {
+        return finished;
+    }
     let table = ensure_table::ensure_table(consumer, ctx, &resolved, previous.open_shards).await;
     let table_ready = table.as_ref().is_ok_and(|t| t.ready);
     let streams = ensure_streams::ensure_streams(consumer, ctx).await;
@@ -95,7 +104,15 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
     let by_shards = build::desired_replicas(&consumer.spec, open_shards);
     let open_rows = rows.as_deref().map(|r| r.leases.iter().filter(|l| !l.checkpoint.is_shard_end()).count());
     let on_lag = scale_on_lag(consumer, &resolved, lag.as_ref(), by_shards, open_shards, open_rows);
+    let window = window_status::observe(consumer, ctx, rows.as_deref()).await;
     let replicas = on_lag.as_ref().map_or(by_shards, |d| d.replicas);
+    let replicas = match &window {
+        Some(window) if window.completed => {
+            window_finish::announce(consumer, ctx, window).await;
+            0
+        }
+        _ => replicas,
+    };
     let counted = open_shards.or_else(|| open_rows.and_then(|n| i32::try_from(n).ok()));
     let table_capacity =
         if table_ready { size_table::size_table(consumer, ctx, &resolved, counted, replicas).await } else { None };
@@ -142,6 +159,7 @@ pub async fn run(consumer: &StreamConsumer, ctx: &Context) -> Result<Action> {
         capacity,
         lag: lag.as_ref().map(LagReading::status).or(previous.lag),
         lag_scaling: on_lag.map(|d| d.state),
+        window,
     };
     write_status(consumer, ctx, &report).await?;
     table?;

@@ -3,7 +3,9 @@
 
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
-use leasehold_crds::{LagScalingStatus, LagStatus, StreamCapacity, StreamConsumer, StreamConsumerStatus, WorkerLeases};
+use leasehold_crds::{
+    LagScalingStatus, LagStatus, StreamCapacity, StreamConsumer, StreamConsumerStatus, WindowStatus, WorkerLeases,
+};
 use serde_json::json;
 
 use super::build;
@@ -29,6 +31,8 @@ pub struct Report {
     pub lag: Option<LagStatus>,
     /// Lag scaling's state, with `workers.autoscaling.lag`.
     pub lag_scaling: Option<LagScalingStatus>,
+    /// A window consumer's progress (`spec.window`).
+    pub window: Option<WindowStatus>,
 }
 
 /// The status `report` makes of `consumer` (pure): transition times carry over from the current status.
@@ -39,8 +43,15 @@ pub fn status_of(consumer: &StreamConsumer, report: &Report) -> StreamConsumerSt
         (None, false) => Some(consumer.spec.streams.iter().map(|s| s.stream_name()).collect::<Vec<_>>().join(",")),
         (None, true) => None,
     };
+    let mut conditions = conditions(&report.verdicts, consumer.metadata.generation, previous);
+    super::window_status::window_conditions(
+        report.window.as_ref(),
+        consumer.metadata.generation,
+        previous,
+        &mut conditions,
+    );
     StreamConsumerStatus {
-        conditions: conditions(&report.verdicts, consumer.metadata.generation, previous),
+        conditions,
         observed_generation: consumer.metadata.generation,
         streams,
         open_shards: report.open_shards,
@@ -50,8 +61,7 @@ pub fn status_of(consumer: &StreamConsumer, report: &Report) -> StreamConsumerSt
         capacity: report.capacity.clone(),
         lag: report.lag.clone(),
         lag_scaling: report.lag_scaling.clone(),
-        // Window progress is not reported by the operator yet (docs/operations.md, "Replay").
-        window: None,
+        window: report.window.clone(),
     }
 }
 

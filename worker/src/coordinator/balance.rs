@@ -209,6 +209,7 @@ pub(super) fn test_lease(shard: usize, owner: Option<&str>) -> Lease {
         stream_created: None,
         lag_ms: None,
         load: None,
+        window_records: None,
     }
 }
 

@@ -359,6 +359,7 @@ mod tests {
             stream_created,
             lag_ms: None,
             load: None,
+            window_records: None,
         }
     }
 

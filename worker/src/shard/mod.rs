@@ -427,6 +427,8 @@ impl ShardReader {
                 self.stepped(d, pushed.map(|()| true))?;
                 if window.is_some() {
                     self.run.runner.metrics().window_records_replayed.inc();
+                    // Carried into the row by the next checkpoint or renewal (status.window).
+                    self.run.held.replayed(1);
                 }
             }
         }

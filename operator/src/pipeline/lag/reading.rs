@@ -140,6 +140,7 @@ mod tests {
             stream_created: None,
             lag_ms,
             load: None,
+            window_records: None,
         }
     }
 

@@ -16,6 +16,7 @@ fn lease(shard: &str, owner: Option<&str>, counter: u64) -> Lease {
         stream_created: None,
         lag_ms: None,
         load: None,
+        window_records: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn row(shard: &str, checkpoint: Checkpoint, counter: u64, parents: &[&str]) -> L
         stream_created: None,
         lag_ms: None,
         load: None,
+        window_records: None,
     }
 }
 

@@ -25,7 +25,7 @@ pub fn progress(consumer: &StreamConsumer, rows: &[Lease]) -> WindowStatus {
     let created = consumer.metadata.creation_timestamp.as_ref().map(|t| t.0.as_millisecond());
     let bounds = window.and_then(|w| w.bounds(created));
     let mut shards: Vec<&Lease> = rows.iter().collect();
-    shards.sort_by(|a, b| a.key.to_string().cmp(&b.key.to_string()));
+    shards.sort_by_cached_key(|s| s.key.to_string());
     let counted: Vec<u64> = rows.iter().filter_map(|r| r.window_records).collect();
     WindowStatus {
         start: bounds.map(|b| format_time_ms(b.start_ms)).or_else(|| window.map(|w| w.start.clone())),

@@ -9,15 +9,16 @@ use serde_json::Value;
 
 use crate::validate::FieldError;
 
-/// The `spec` property of the served version's schema, built once per process.
-static SPEC_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    let crd = serde_json::to_value(crate::StreamConsumer::crd()).unwrap_or_default();
-    crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec").cloned().unwrap_or_default()
+/// The `spec` property of the served version's schema, built once per process; `None` if the CRD
+/// could not be read as JSON (then `check` refuses every spec rather than skip the ranges).
+static SPEC_SCHEMA: LazyLock<Option<Value>> = LazyLock::new(|| {
+    let crd = serde_json::to_value(crate::StreamConsumer::crd()).ok()?;
+    crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec").cloned()
 });
 
 /// The `spec` schema of the CRD (its `properties`, `items`, `minimum` and `maximum` are what this reads).
-pub(crate) fn spec_schema() -> &'static Value {
-    &SPEC_SCHEMA
+pub(crate) fn spec_schema() -> Option<&'static Value> {
+    SPEC_SCHEMA.as_ref()
 }
 
 /// An inclusive range some schema sets on an integer field.
@@ -63,7 +64,10 @@ impl Bound {
 
 /// Pushes an error for every integer of `spec` outside the range its schema sets.
 pub(crate) fn check(spec: &Value, errors: &mut Vec<FieldError>) {
-    walk("spec", spec, spec_schema(), errors);
+    match spec_schema() {
+        Some(schema) => walk("spec", spec, schema, errors),
+        None => errors.push(FieldError::new("spec", "cannot be checked: the CRD's schema has no spec")),
+    }
 }
 
 fn walk(path: &str, value: &Value, schema: &Value, errors: &mut Vec<FieldError>) {
@@ -111,7 +115,7 @@ pub(crate) fn bounded_fields() -> Vec<(String, Bound, String)> {
         }
     }
     let mut out = Vec::new();
-    collect("spec", spec_schema(), &mut out);
+    collect("spec", spec_schema().expect("the CRD has a spec schema"), &mut out);
     out
 }
 

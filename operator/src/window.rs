@@ -19,15 +19,25 @@ pub fn pin_for_workers(consumer: &StreamConsumer, spec: &mut StreamConsumerSpec)
     {
         window.end = format_time_ms(created.0.as_millisecond());
     }
-    let table = window_table_name(&consumer.namespace().unwrap_or_default(), &consumer.name_any());
     // The worker itself never deletes a table; the operator does, per window.deletionPolicy.
-    spec.lease_table = Some(LeaseTableSpec {
-        name: table,
+    spec.lease_table = Some(window_table(consumer, DeletionPolicy::Retain));
+}
+
+/// The name of `consumer`'s window table (a StreamConsumer is namespaced: the API server always sets
+/// its namespace).
+pub fn table_name(consumer: &StreamConsumer) -> String {
+    window_table_name(&consumer.namespace().unwrap_or_default(), &consumer.name_any())
+}
+
+/// The lease table of `consumer`'s window, on demand, under `policy`.
+fn window_table(consumer: &StreamConsumer, policy: DeletionPolicy) -> LeaseTableSpec {
+    LeaseTableSpec {
+        name: table_name(consumer),
         billing_mode: Some(BillingMode::PayPerRequest),
-        deletion_policy: Some(DeletionPolicy::Retain),
+        deletion_policy: Some(policy),
         read_capacity: None,
         write_capacity: None,
-    });
+    }
 }
 
 /// `consumer` as the operator's stages see it: a window consumer carries its window's lease table
@@ -37,13 +47,7 @@ pub fn pin_for_workers(consumer: &StreamConsumer, spec: &mut StreamConsumerSpec)
 pub fn with_table(consumer: &StreamConsumer) -> Cow<'_, StreamConsumer> {
     let Some(window) = &consumer.spec.window else { return Cow::Borrowed(consumer) };
     let mut view = consumer.clone();
-    view.spec.lease_table = Some(LeaseTableSpec {
-        name: window_table_name(&consumer.namespace().unwrap_or_default(), &consumer.name_any()),
-        billing_mode: Some(BillingMode::PayPerRequest),
-        deletion_policy: Some(window.table_policy()),
-        read_capacity: None,
-        write_capacity: None,
-    });
+    view.spec.lease_table = Some(window_table(consumer, window.table_policy()));
     Cow::Owned(view)
 }
 

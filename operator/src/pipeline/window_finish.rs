@@ -55,7 +55,7 @@ async fn finish(
     apply::apply(consumer, ctx, &desired, Some("the window is completed")).await?;
     let pods_left = pods_left(consumer, ctx).await?;
     let policy = consumer.spec.window.as_ref().map(|w| w.table_policy()).unwrap_or(DeletionPolicy::Delete);
-    let table_name = consumer.spec.lease_table.as_ref().map(|t| t.name.clone()).unwrap_or_default();
+    let table_name = crate::window::table_name(consumer);
     let mut table_verdict = Verdict::ok("Retained", format!("window completed: lease table {table_name} kept"));
     if policy == DeletionPolicy::Delete && !window.table_deleted {
         table_verdict = Verdict::ok("WindowCompleted", format!("window completed: {pods_left} worker pod(s) left"));

@@ -73,7 +73,9 @@ impl Node {
         let images = self.ctr(&["images", "ls", "-q"]);
         assert!(
             images.lines().any(|l| l.trim() == image),
-            "image {image} is not in the node's containerd: run `make images` (tests/ground/images.sh build import)"
+            "image {image} is not in the node's containerd: run `make images` (tests/ground/images.sh build import); \
+             if it was imported, the kubelet may have evicted it for disk pressure ({} GB free, tests/ground/disk.sh)",
+            disk_free_gb()
         );
     }
 
@@ -240,4 +242,17 @@ pub fn missing_and_repeats(expected: &HashSet<String>, deliveries: &[Delivery]) 
     let missing = expected.iter().filter(|e| !counts.contains_key(e.as_str())).count();
     let repeats = counts.values().map(|c| c.saturating_sub(1)).sum();
     (missing, repeats)
+}
+
+/// GB free where the test ground keeps its caches (the node's containerd among them), or "unknown".
+fn disk_free_gb() -> String {
+    let cache = std::env::var("LEASEHOLD_CACHE")
+        .unwrap_or_else(|_| format!("{}/.cache/leasehold", std::env::var("HOME").unwrap_or_default()));
+    std::process::Command::new("df")
+        .args(["--output=avail", "-B1G", &cache])
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|s| s.lines().last().map(|l| l.trim().to_string()))
+        .unwrap_or_else(|| "unknown".into())
 }

@@ -712,7 +712,7 @@ async fn a_handoff_request_is_withdrawn_only_by_its_asker_on_an_unchanged_row<H:
 }
 
 async fn progress_rows_are_written_only_over_the_counter_read<H: Harness>(h: &H) {
-    use leasehold_worker::lease::{Progress, ProgressRows};
+    use leasehold_worker::lease::Progress;
     let (a, b) = (h.progress("a"), h.progress("b"));
     let k = leasehold_worker::internals::lease::term_key("redrive/dlq/shardId-0");
     let absent = a.read_progress(&k).await.unwrap();

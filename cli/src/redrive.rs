@@ -24,26 +24,23 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::primitives::Blob;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use base64::Engine;
 use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use leasehold_worker::aws::{s3_client, sdk_config, sqs_client};
-use leasehold_worker::internals::lease::{TERM_PREFIX, attr};
+use leasehold_worker::internals::lease::term_key;
+use leasehold_worker::lease::{LeaseError, LeaseKey, Progress, ProgressRows};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CliError, Result, sdk_message};
+use crate::error::{CliError, Result};
 use crate::output::{Format, columns, structured};
 use crate::table::now_ms;
 use crate::target::{Target, TargetArgs, resolve};
 
 /// The tag a redriven S3 letter gets (its value: when, Unix milliseconds).
 pub const REDRIVEN_TAG: &str = "leasehold.io/redriven";
-
-/// The lease-table attribute of a stream's redrive row holding the letters done beyond its checkpoint.
-pub const DONE_ATTRIBUTE: &str = "redrive_done";
 
 /// Where dead letters are read from.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -494,78 +491,42 @@ impl StreamMark {
 
 /// The row key of the redrive row of dead-letter stream `stream`'s shard `shard`.
 pub fn mark_key(stream: &str, shard: &str) -> String {
-    format!("{TERM_PREFIX}redrive/{stream}/{shard}")
+    redrive_key(stream, shard).to_string()
+}
+
+fn redrive_key(stream: &str, shard: &str) -> LeaseKey {
+    term_key(&format!("redrive/{stream}/{shard}"))
 }
 
 async fn read_mark(target: &Target, stream: &str, shard: &str) -> Result<StreamMark> {
-    let key = mark_key(stream, shard);
-    let out = target
-        .dynamodb
-        .get_item()
-        .table_name(&target.table)
-        .key(attr::LEASE_KEY, AttributeValue::S(key.clone()))
-        .consistent_read(true)
-        .send()
-        .await
-        .map_err(|e| CliError::Service(format!("reading {key}: {}", sdk_message(&e))))?;
-    let Some(item) = out.item else {
-        return Ok(StreamMark { key, counter: None, checkpoint: None, done: BTreeSet::new(), read: Vec::new() });
-    };
-    let malformed = |what: &str| CliError::Malformed(format!("redrive row {key} of {}: {what}", target.table));
-    let counter = match item.get(attr::LEASE_COUNTER) {
-        Some(AttributeValue::N(n)) => n.parse::<u64>().map_err(|_| malformed("lease_counter is not a number"))?,
-        _ => return Err(malformed("lease_counter is missing")),
-    };
-    let checkpoint = match item.get(attr::CHECKPOINT) {
-        Some(AttributeValue::S(s)) if s == "TRIM_HORIZON" => None,
-        Some(AttributeValue::S(s)) => Some(s.clone()),
-        _ => return Err(malformed("checkpoint is missing")),
-    };
-    let done = match item.get(DONE_ATTRIBUTE) {
-        None => BTreeSet::new(),
-        Some(AttributeValue::Ss(set)) => set.iter().cloned().collect(),
-        Some(_) => return Err(malformed("redrive_done is not a string set")),
-    };
-    Ok(StreamMark { key, counter: Some(counter), checkpoint, done, read: Vec::new() })
+    let key = redrive_key(stream, shard);
+    let progress = target.store("leasehold-cli").read_progress(&key).await.map_err(|e| match e {
+        LeaseError::Malformed { reason, .. } => {
+            CliError::Malformed(format!("redrive row {key} of {}: {reason}", target.table))
+        }
+        e => CliError::Service(format!("reading {key}: {e}")),
+    })?;
+    let Progress { counter, checkpoint, done } = progress;
+    Ok(StreamMark { key: key.to_string(), counter, checkpoint, done, read: Vec::new() })
 }
 
 /// Writes `mark`, conditional on the counter it was read or last written with.
 async fn write_mark(target: &Target, mark: &mut StreamMark) -> Result<()> {
-    let next = mark.counter.map_or(1, |c| c + 1);
-    let checkpoint = mark.checkpoint.clone().unwrap_or_else(|| "TRIM_HORIZON".into());
-    let mut item = HashMap::from([
-        (attr::LEASE_KEY.to_string(), AttributeValue::S(mark.key.clone())),
-        (attr::LEASE_COUNTER.to_string(), AttributeValue::N(next.to_string())),
-        (attr::CHECKPOINT.to_string(), AttributeValue::S(checkpoint)),
-    ]);
-    if !mark.done.is_empty() {
-        item.insert(DONE_ATTRIBUTE.into(), AttributeValue::Ss(mark.done.iter().cloned().collect()));
-    }
-    let mut put = target.dynamodb.put_item().table_name(&target.table).set_item(Some(item));
-    put = match mark.counter {
-        None => put.condition_expression("attribute_not_exists(#k)").expression_attribute_names("#k", attr::LEASE_KEY),
-        Some(counter) => put
-            .condition_expression("#c = :c")
-            .expression_attribute_names("#c", attr::LEASE_COUNTER)
-            .expression_attribute_values(":c", AttributeValue::N(counter.to_string())),
-    };
-    match put.send().await {
-        Ok(_) => {
+    // The key was made by `mark_key`: `#term:` and a name, so it parses back.
+    let key = LeaseKey::parse(&mark.key)
+        .ok_or_else(|| CliError::Malformed(format!("redrive row key {} is no lease key", mark.key)))?;
+    let progress = Progress { counter: mark.counter, checkpoint: mark.checkpoint.clone(), done: mark.done.clone() };
+    match target.store("leasehold-cli").write_progress(&key, &progress).await {
+        Ok(next) => {
             mark.counter = Some(next);
             Ok(())
         }
-        Err(e) => {
-            let message = sdk_message(&e);
-            if message.starts_with("ConditionalCheckFailed") {
-                Err(CliError::Conflict(format!(
-                    "redrive row {} changed under this run (another redrive at work?): stopped; records put so far \
-                     stay put, a re-run skips what was marked",
-                    mark.key
-                )))
-            } else {
-                Err(CliError::Service(format!("writing {}: {message}", mark.key)))
-            }
-        }
+        Err(LeaseError::ConditionFailed { .. }) => Err(CliError::Conflict(format!(
+            "redrive row {} changed under this run (another redrive at work?): stopped; records put so far \
+             stay put, a re-run skips what was marked",
+            mark.key
+        ))),
+        Err(e) => Err(CliError::Service(format!("writing {}: {e}", mark.key))),
     }
 }
 

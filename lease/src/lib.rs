@@ -19,6 +19,7 @@ mod lag;
 pub mod load;
 mod memory;
 mod observer;
+pub mod progress;
 mod renewal;
 pub mod row;
 mod settings;
@@ -35,6 +36,7 @@ pub use key::LeaseKey;
 pub use lag::{LagGauge, ShardLag};
 pub use load::{LoadMeter, ShardLoad};
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
+pub use progress::{Progress, ProgressRows};
 pub use renewal::renew_until_lost;
 pub use row::{Lease, Malformed, Member, NewLease};
 // The row format: crate-private; the workspace's tools reach it through the hidden internals module.

@@ -10,6 +10,7 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
+use super::progress::{Progress, ProgressRows, decode_progress, encode_progress};
 use super::row::{
     AttrValue, Attributes, Lease, Member, NewLease, attr, changes_key, decode, decode_member, decode_requeue_secret,
     decode_row, encode_new, encode_replacement, encode_requeue_row, member_key, member_row_key, put_checkpoint,
@@ -251,6 +252,32 @@ impl ShardLeases for MemoryLeaseStore {
 
     async fn delete(&self, seen: &Lease) -> Result<()> {
         self.delete_if_unchanged(&seen.key, seen.counter, "delete")
+    }
+}
+
+#[async_trait]
+impl ProgressRows for MemoryLeaseStore {
+    async fn read_progress(&self, key: &LeaseKey) -> Result<Progress> {
+        match self.table.rows().get(&key.to_string()) {
+            None => Ok(Progress::default()),
+            Some(row) => Ok(decode_progress(row)?),
+        }
+    }
+
+    async fn write_progress(&self, key: &LeaseKey, progress: &Progress) -> Result<u64> {
+        let mut rows = self.table.rows();
+        let stored = rows.get(&key.to_string()).map(stored_counter);
+        let unchanged = match (stored, progress.counter) {
+            (None, None) => true,
+            (Some(counter), Some(expected)) => counter == Some(expected),
+            _ => false,
+        };
+        if !unchanged {
+            return Err(LeaseError::ConditionFailed { key: key.clone(), operation: "write progress" });
+        }
+        let next = progress.counter.map_or(1, |c| c + 1);
+        rows.insert(key.to_string(), encode_progress(key, progress, next));
+        Ok(next)
     }
 }
 

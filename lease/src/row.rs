@@ -60,6 +60,9 @@ pub mod attr {
     /// every lease it holds to the others, who leave it out of their fair shares. Written without
     /// moving the counter (the counter is the worker's own proof of life); the heartbeat leaves it be.
     pub const MEMBER_DRAINING: &str = "member_draining";
+    /// On a progress row (`lease::progress`, `leasehold redrive`'s rows): the sequence numbers done
+    /// beyond its checkpoint (SS).
+    pub const PROGRESS_DONE: &str = "redrive_done";
     /// On the group's requeue-key row ([`requeue_key_row`](super::requeue_key_row)): the key requeued
     /// copies are signed with, 64 hex digits (S). Written once, by the first worker that needs it.
     pub const REQUEUE_SECRET: &str = "requeue_secret";

@@ -23,6 +23,7 @@ const HOUR_MS: i64 = 3_600_000;
 trait Harness: Sized + Send + Sync {
     async fn new() -> Self;
     fn store(&self, owner: &str, clock: Arc<ManualClock>) -> Box<dyn LeaseStore>;
+    fn progress(&self, owner: &str) -> Box<dyn leasehold_worker::lease::ProgressRows>;
     async fn put_raw(&self, attrs: Attributes);
 }
 
@@ -35,6 +36,9 @@ impl Harness for Memory {
     }
     fn store(&self, owner: &str, clock: Arc<ManualClock>) -> Box<dyn LeaseStore> {
         Box::new(self.0.store(LeaseSettings::new(owner).with_duration(LEASE).with_clock(clock)))
+    }
+    fn progress(&self, owner: &str) -> Box<dyn leasehold_worker::lease::ProgressRows> {
+        Box::new(self.0.store(LeaseSettings::new(owner)))
     }
     async fn put_raw(&self, attrs: Attributes) {
         self.0.put_raw(attrs);
@@ -56,6 +60,9 @@ impl Harness for Dynamo {
     fn store(&self, owner: &str, clock: Arc<ManualClock>) -> Box<dyn LeaseStore> {
         let settings = LeaseSettings::new(owner).with_duration(LEASE).with_clock(clock);
         Box::new(DynamoLeaseStore::new(self.client.clone(), self.table.clone(), settings))
+    }
+    fn progress(&self, owner: &str) -> Box<dyn leasehold_worker::lease::ProgressRows> {
+        Box::new(DynamoLeaseStore::new(self.client.clone(), self.table.clone(), LeaseSettings::new(owner)))
     }
     async fn put_raw(&self, attrs: Attributes) {
         let item = attrs
@@ -704,6 +711,31 @@ async fn a_handoff_request_is_withdrawn_only_by_its_asker_on_an_unchanged_row<H:
     assert!(renewed.is_held_by("a"));
 }
 
+async fn progress_rows_are_written_only_over_the_counter_read<H: Harness>(h: &H) {
+    use leasehold_worker::lease::Progress;
+    let (a, b) = (h.progress("a"), h.progress("b"));
+    let k = leasehold_worker::internals::lease::term_key("redrive/dlq/shardId-0");
+    let absent = a.read_progress(&k).await.unwrap();
+    assert_eq!(absent, Progress::default(), "no row: from the start, nothing done");
+    let mut first = absent.clone();
+    first.done.insert("7".into());
+    assert_eq!(a.write_progress(&k, &first).await.unwrap(), 1, "the first write creates the row");
+    assert!(
+        matches!(b.write_progress(&k, &absent).await, Err(LeaseError::ConditionFailed { .. })),
+        "a second creator is refused"
+    );
+    let read = b.read_progress(&k).await.unwrap();
+    assert_eq!((read.counter, read.checkpoint.as_deref(), read.done.len()), (Some(1), None, 1));
+    let moved = Progress { checkpoint: Some("9".into()), done: Default::default(), ..read.clone() };
+    assert_eq!(b.write_progress(&k, &moved).await.unwrap(), 2);
+    assert!(
+        matches!(a.write_progress(&k, &read).await, Err(LeaseError::ConditionFailed { .. })),
+        "a write over a stale counter is refused"
+    );
+    let last = a.read_progress(&k).await.unwrap();
+    assert_eq!((last.counter, last.checkpoint.as_deref(), last.done.is_empty()), (Some(2), Some("9"), true));
+}
+
 macro_rules! conformance {
     ($harness:ident: $($case:ident),* $(,)?) => {
         $(
@@ -748,6 +780,7 @@ macro_rules! suite {
                     announcing_moves_only_the_change_rows_counter,
                     drain_marks_are_set_once_and_leave_the_counter,
                     a_handoff_request_is_withdrawn_only_by_its_asker_on_an_unchanged_row,
+                    progress_rows_are_written_only_over_the_counter_read,
                 );
             }
         )*

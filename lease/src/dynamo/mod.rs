@@ -14,6 +14,7 @@ use super::checkpoint::Checkpoint;
 use super::error::{LeaseError, Result};
 use super::key::LeaseKey;
 use super::observer::{Observer, ensure_holder};
+use super::progress::{Progress, ProgressRows, decode_progress, encode_progress};
 use super::row::{
     Lease, Member, NewLease, attr, changes_key, decode, decode_requeue_secret, decode_row, encode_new,
     encode_replacement, encode_requeue_row, member_key, member_row_key, requeue_key_row,
@@ -358,6 +359,45 @@ fn refused_as_false<T>(result: Result<T>) -> Result<bool> {
         Ok(_) => Ok(true),
         Err(LeaseError::ConditionFailed { .. }) => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[async_trait]
+impl ProgressRows for DynamoLeaseStore {
+    async fn read_progress(&self, key: &LeaseKey) -> Result<Progress> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key(attr::LEASE_KEY, Self::key_value(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| classify(e, self.request(Some(key), "read progress")))?;
+        match out.item {
+            None => Ok(Progress::default()),
+            Some(item) => Ok(decode_progress(&from_item(&item))?),
+        }
+    }
+
+    async fn write_progress(&self, key: &LeaseKey, progress: &Progress) -> Result<u64> {
+        let next = progress.counter.map_or(1, |c| c + 1);
+        let put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(&encode_progress(key, progress, next))));
+        let put = match progress.counter {
+            None => {
+                put.condition_expression("attribute_not_exists(#k)").expression_attribute_names("#k", attr::LEASE_KEY)
+            }
+            Some(counter) => put
+                .condition_expression("#c = :c")
+                .expression_attribute_names("#c", attr::LEASE_COUNTER)
+                .expression_attribute_values(":c", AttributeValue::N(counter.to_string())),
+        };
+        put.send().await.map_err(|e| classify(e, self.request(Some(key), "write progress")))?;
+        Ok(next)
     }
 }
 

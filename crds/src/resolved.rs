@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use crate::spec::{LeaseScan, OnExhausted, Ordering, ReaderMode};
+use crate::spec::{LeaseBalance, LeaseScan, OnExhausted, Ordering, ReaderMode};
 
 /// Every default of a spec, once: the resolver applies them to a spec, and code that builds worker
 /// settings without a spec (tests, embedders) starts from [`ResolvedSpec::default`], made of them.
 pub mod defaults {
     use std::time::Duration;
 
-    use crate::spec::{LeaseScan, OnExhausted, Ordering, ReaderMode};
+    use crate::spec::{LeaseBalance, LeaseScan, OnExhausted, Ordering, ReaderMode};
 
     /// `lease.duration`.
     pub const LEASE_DURATION: Duration = Duration::from_secs(10);
@@ -25,6 +25,8 @@ pub mod defaults {
     pub const LEASE_SCAN: LeaseScan = LeaseScan::Segmented;
     /// `lease.segmentRows`.
     pub const SEGMENT_ROWS: usize = 80;
+    /// `lease.balance`.
+    pub const LEASE_BALANCE: LeaseBalance = LeaseBalance::Count;
     /// `lease.checkpointInterval`.
     pub const CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
     /// `lease.gracefulTimeout`.
@@ -94,6 +96,8 @@ pub struct ResolvedSpec {
     pub lease_scan: LeaseScan,
     /// `lease.segmentRows`.
     pub segment_rows: usize,
+    /// `lease.balance`.
+    pub lease_balance: LeaseBalance,
     /// `workers.autoscaling.lag`, when set.
     pub lag_scaling: Option<LagTarget>,
 }
@@ -125,6 +129,7 @@ impl Default for ResolvedSpec {
             http_batch_records: defaults::HTTP_BATCH_RECORDS,
             lease_scan: defaults::LEASE_SCAN,
             segment_rows: defaults::SEGMENT_ROWS,
+            lease_balance: defaults::LEASE_BALANCE,
             lag_scaling: None,
         }
     }

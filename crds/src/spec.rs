@@ -376,6 +376,28 @@ pub struct LeaseTimingSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub segment_rows: Option<i32>,
+    /// How workers share the leases: `count` (default: each worker holds its fair share of the
+    /// shards) or `load` (each holds its fair share of the shards' measured load, moved by
+    /// cooperative handoff with hysteresis). See docs/worker.md, "Balancing by load".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance: Option<LeaseBalance>,
+}
+
+/// How workers share the leases. Default `count`: it needs no measure, moves leases only when the
+/// group changes, and keeps the shares of a group whose shards carry alike (most streams, and every
+/// group upgraded from an older worker, whose rows carry no load); `load` is for skewed streams, where
+/// a few shards carry most records (the Java KCL 3.x made load its default and 3.4.3 brought count back
+/// as an option after users met reshuffles).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum LeaseBalance {
+    /// Each worker holds its fair share of the leases' count.
+    Count,
+    /// Each worker holds its fair share of the shards' measured load (the processor's busy time per
+    /// second, records per second when too fast to measure); a worker over the best it could carry by
+    /// 10 % for 10 s gives leases to the least loaded, two moves at a time, never a lease held for less
+    /// than three renewals.
+    Load,
 }
 
 /// How workers read the lease table. Default `segmented`: each worker reads two segments of the table

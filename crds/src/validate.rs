@@ -219,6 +219,7 @@ impl StreamConsumerSpec {
             ),
             lease_scan: self.lease.scan.unwrap_or(defaults::LEASE_SCAN),
             segment_rows: count(self.lease.segment_rows, defaults::SEGMENT_ROWS),
+            lease_balance: self.lease.balance.unwrap_or(defaults::LEASE_BALANCE),
             lag_scaling,
         })
     }
@@ -605,6 +606,21 @@ mod tests {
         let resolved = spec.validate().expect("valid");
         assert_eq!(resolved.durations.http_batch_max_delay, Duration::from_millis(5));
         assert_eq!(resolved.http_batch_records, 500);
+    }
+
+    #[test]
+    fn balance_defaults_to_count_and_load_is_selectable() {
+        let resolved = spec("streams: [{name: a}]\nprocessor: {stdout: {}}").validate().expect("valid");
+        assert_eq!(resolved.lease_balance, crate::LeaseBalance::Count);
+        let resolved =
+            spec("streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {balance: load}").validate().expect("valid");
+        assert_eq!(resolved.lease_balance, crate::LeaseBalance::Load);
+        assert!(
+            serde_yaml_ng::from_str::<StreamConsumerSpec>(
+                "streams: [{name: a}]\nprocessor: {stdout: {}}\nlease: {balance: cpu}"
+            )
+            .is_err()
+        );
     }
 
     #[test]

@@ -4,13 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use leasehold_crds::filter::RecordFilter;
-use leasehold_crds::{LeaseScan, ReaderMode};
+use leasehold_crds::{LeaseBalance, LeaseScan, ReaderMode};
 use tokio_util::sync::CancellationToken;
 
 use crate::aws::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 use crate::backoff::{Backoff, Jitter};
 use crate::config::WorkerConfig;
-use crate::coordinator::{Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, Mode};
+use crate::coordinator::{Balance, Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, LoadTuning, Mode};
 use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
 use crate::dispatch::{RetryPolicy, Runner};
@@ -233,6 +233,10 @@ fn coordinator_settings(config: &WorkerConfig) -> CoordinatorSettings {
             (StreamSelection::Assigned(keys), _) => Mode::Assigned(keys.clone()),
             (_, LeaseScan::Full) => Mode::Full,
             (_, LeaseScan::Segmented) => Mode::Segmented { rows_per_segment: resolved.segment_rows },
+        },
+        balance: match resolved.lease_balance {
+            LeaseBalance::Count => Balance::Count,
+            LeaseBalance::Load => Balance::Load(LoadTuning::for_renewals(durations.renew_interval)),
         },
     }
 }

@@ -5,7 +5,8 @@
 //! Every scan is one pass of read -> plan -> act ([`Coordinator::tick`]), and the files follow it:
 //! - `mode.rs`: the modes (full, segmented, manual assignment) as types, and this worker's share;
 //! - `read.rs`: reading the table as the mode says, and taking in what a read shows;
-//! - `plan.rs`: this worker's moves from what was read (the pure planner is `balance.rs`);
+//! - `plan.rs`: this worker's moves from what was read (the pure planners are `balance.rs`, by count,
+//!   and `load_balance.rs`, by measured load);
 //! - `act.rs`: carrying the moves out (take, ask, hand over) and telling the group;
 //! - `readers.rs`: a shard's reader started on a lease taken and answered when it ends;
 //! - `membership.rs`: the heartbeat, silent members removed;
@@ -16,6 +17,7 @@
 
 mod act;
 mod balance;
+mod load_balance;
 mod membership;
 mod mode;
 mod notices;
@@ -43,6 +45,8 @@ use crate::lease::{HeldLease, LeaseKey, LeasePage, LeaseStore};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
 use crate::shard::{ReaderSettings, ShardExit};
+use load_balance::LoadState;
+pub use load_balance::{Balance, LoadTuning};
 use membership::beat;
 pub use mode::Mode;
 use mode::{Role, Share};
@@ -74,6 +78,8 @@ pub struct CoordinatorSettings {
     pub reader: ReaderSettings,
     /// What this worker is in its group, and how it reads the table.
     pub mode: Mode,
+    /// Whether the group shares its leases by count or by measured load (`lease.balance`).
+    pub balance: Balance,
 }
 
 /// A shard being read by this worker.
@@ -110,6 +116,8 @@ pub struct Coordinator {
     role: Role,
     /// Handoff notices taken and sent (see `notices.rs`).
     handoffs: Handoffs,
+    /// What `lease.balance: load` remembers between scans.
+    load: LoadState,
 }
 
 /// One read of the table: the rows read now, and whether they are the whole table.
@@ -150,6 +158,7 @@ impl Coordinator {
             share: Share::default(),
             role,
             handoffs: Handoffs::default(),
+            load: LoadState::default(),
         }
     }
 

@@ -8,6 +8,7 @@ use tokio::time::Instant;
 
 use super::Coordinator;
 use super::balance::{Moves, View, active, plan};
+use super::load_balance::{self, Balance};
 use super::mode::{Role, Share};
 use super::notices::Peers;
 use crate::lease::{Checkpoint, Lease, LeaseKey, LeasePage, Member};
@@ -70,7 +71,11 @@ impl Coordinator {
             }
             Role::Full | Role::Segmented { .. } => {
                 let requested: HashSet<LeaseKey> = self.requested.keys().cloned().collect();
-                plan(&View { me: &me, leases, members, running, requested: &requested })
+                let view = View { me: &me, leases, members, running, requested: &requested };
+                match &self.settings.balance {
+                    Balance::Count => plan(&view),
+                    Balance::Load(tuning) => load_balance::plan(&view, tuning, &mut self.load, Instant::now()),
+                }
             }
         }
     }

@@ -87,6 +87,7 @@ fn settings() -> CoordinatorSettings {
         handoff_timeout: Duration::from_secs(10),
         reader: crate::shard::ReaderSettings::default(),
         mode: super::super::Mode::Segmented { rows_per_segment: 2 },
+        balance: super::super::Balance::Count,
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::{Coordinator, CoordinatorSettings, Mode};
+use super::{Balance, Coordinator, CoordinatorSettings, Mode};
 use crate::dispatch::Runner;
 use crate::lease::{LeaseKey, LeaseSettings, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, ShardLeases};
 use crate::shard::ReaderSettings;
@@ -33,6 +33,7 @@ fn settings(mode: Mode) -> CoordinatorSettings {
         handoff_timeout: Duration::from_secs(5),
         reader: ReaderSettings::default(),
         mode,
+        balance: Balance::Count,
     }
 }
 

@@ -22,6 +22,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_kinesis::types::ShardIteratorType;
 use clap::Args;
+use leasehold_worker::aws::kinesis::{self, StreamRef};
 use leasehold_worker::aws::{dynamodb_client, sdk_config};
 use leasehold_worker::internals::kpl::{Opened, open};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
@@ -158,11 +159,10 @@ pub async fn read_kcl(client: &aws_sdk_dynamodb::Client, table: &str) -> Result<
         let page =
             client.scan().table_name(table).consistent_read(true).set_exclusive_start_key(start).send().await.map_err(
                 |e| {
-                    let message = sdk_message(&e);
-                    if message.starts_with("ResourceNotFoundException") {
+                    if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) {
                         CliError::NotFound(format!("KCL lease table {table} does not exist"))
                     } else {
-                        CliError::Service(format!("scan of KCL table {table}: {message}"))
+                        CliError::Service(format!("scan of KCL table {table}: {}", sdk_message(&e)))
                     }
                 },
             )?;
@@ -355,13 +355,10 @@ fn text(checkpoint: &Checkpoint) -> String {
 
 /// The stream's creation time, epoch seconds.
 async fn created_epoch(client: &aws_sdk_kinesis::Client, stream: &str) -> Result<Option<i64>> {
-    let out = client
-        .describe_stream_summary()
-        .stream_name(stream)
-        .send()
+    let summary = kinesis::describe_stream(client, StreamRef::named(stream))
         .await
-        .map_err(|e| CliError::Service(format!("describing {stream}: {}", sdk_message(&e))))?;
-    Ok(out.stream_description_summary.map(|s| s.stream_creation_timestamp.secs()))
+        .map_err(|e| CliError::Service(format!("describing {stream}: {e}")))?;
+    Ok(Some(summary.stream_creation_timestamp.secs()))
 }
 
 /// Watches the KCL rows' counters for `watch`; the owners of rows whose counter moved.

@@ -826,27 +826,11 @@ fn take(run: &mut Run<'_>, pending: Pending) {
 async fn read_stream(run: &mut Run<'_>, stream: &str, marks: &mut BTreeMap<String, StreamMark>) -> Result<()> {
     let kinesis = run.target.kinesis.clone();
     let failed = |e: String| CliError::Service(format!("reading dead-letter stream {stream}: {e}"));
-    let mut shards = Vec::new();
-    let mut next: Option<String> = None;
-    loop {
-        let request = match &next {
-            Some(token) => kinesis.list_shards().next_token(token),
-            None => kinesis.list_shards().stream_name(stream),
-        };
-        let out = request.send().await.map_err(|e| {
-            if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) {
-                CliError::NotFound(format!("dead-letter stream {stream} does not exist"))
-            } else {
-                failed(aws_sdk_kinesis::error::DisplayErrorContext(&e).to_string())
-            }
-        })?;
-        shards.extend(out.shards.unwrap_or_default().into_iter().map(|s| s.shard_id));
-        next = out.next_token;
-        if next.is_none() {
-            break;
-        }
-    }
-    for shard in shards {
+    let shards = crate::shards::list(&kinesis, stream).await.map_err(|e| match e {
+        CliError::NotFound(_) => CliError::NotFound(format!("dead-letter stream {stream} does not exist")),
+        other => other,
+    })?;
+    for shard in shards.into_iter().map(|s| s.id) {
         let mut mark = read_mark(run.target, stream, &shard).await?;
         let iterator = match &mark.checkpoint {
             Some(sequence) => kinesis

@@ -494,7 +494,7 @@ mod tests {
     use super::*;
 
     fn shard(id: &str, parents: &[&str], closed: bool) -> Shard {
-        Shard { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed }
+        Shard { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed, hash_keys: None }
     }
 
     fn lease(shard: &str, checkpoint: Checkpoint, parents: &[&str]) -> Lease {

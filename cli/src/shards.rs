@@ -2,47 +2,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::error::{CliError, Result, sdk_message};
+use leasehold_worker::aws::kinesis::{self, KinesisError, StreamRef};
 
-/// One shard as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Shard {
-    /// Its id.
-    pub id: String,
-    /// Its parents (one after a split, two after a merge), as listed.
-    pub parents: Vec<String>,
-    /// True once it was split or merged away (it has an ending sequence number).
-    pub closed: bool,
-}
+use crate::error::{CliError, Result};
 
-/// Lists every shard of `stream` still within retention.
+/// One shard as listed (the shared listing's type: id, parents, closed, hash keys).
+pub use kinesis::ShardInfo as Shard;
+
+/// Lists every shard of `stream` still within retention (every page; a throttled page is asked again).
 pub async fn list(client: &aws_sdk_kinesis::Client, stream: &str) -> Result<Vec<Shard>> {
-    let mut shards = Vec::new();
-    let mut next: Option<String> = None;
-    loop {
-        let request = match &next {
-            Some(token) => client.list_shards().next_token(token),
-            None => client.list_shards().stream_name(stream),
-        };
-        let out = request.send().await.map_err(|e| {
-            let message = sdk_message(&e);
-            if message.starts_with("ResourceNotFoundException") {
-                CliError::NotFound(format!("stream {stream} does not exist ({message})"))
-            } else {
-                CliError::Service(format!("listing the shards of {stream}: {message}"))
-            }
-        })?;
-        for shard in out.shards.unwrap_or_default() {
-            let parents =
-                [shard.parent_shard_id.clone(), shard.adjacent_parent_shard_id.clone()].into_iter().flatten().collect();
-            let closed = shard.sequence_number_range.as_ref().is_some_and(|r| r.ending_sequence_number.is_some());
-            shards.push(Shard { id: shard.shard_id, parents, closed });
+    kinesis::list_shards(client, StreamRef::named(stream)).await.map_err(|e| match e {
+        KinesisError::StreamNotFound { message, .. } => {
+            CliError::NotFound(format!("stream {stream} does not exist ({message})"))
         }
-        match out.next_token {
-            Some(token) if !token.is_empty() => next = Some(token),
-            _ => return Ok(shards),
-        }
-    }
+        other => CliError::Service(format!("listing the shards of {stream}: {other}")),
+    })
 }
 
 /// Every listed descendant of `shard` (children, their children, ...).
@@ -93,7 +67,7 @@ mod tests {
     use super::*;
 
     fn shard(id: &str, parents: &[&str], closed: bool) -> Shard {
-        Shard { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed }
+        Shard { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed, hash_keys: None }
     }
 
     #[test]

@@ -30,7 +30,7 @@
 //! ```
 
 pub mod aws;
-pub mod backoff;
+pub use leasehold_aws::backoff;
 #[cfg(feature = "cli")]
 mod cli;
 mod config;

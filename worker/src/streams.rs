@@ -10,6 +10,7 @@ use aws_sdk_kinesis::types::{StreamMode, StreamModeDetails};
 use leasehold_crds::{CreateIfMissing, StreamConsumerSpec};
 
 use crate::aws::{Fault, classify};
+use crate::kinesis::{KinesisError, StreamRef};
 
 /// A stream the spec asks to create when missing: its name and shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,9 +96,8 @@ fn fault_message(fault: Fault) -> String {
 pub async fn ensure(client: &aws_sdk_kinesis::Client, wanted: &Wanted) -> Result<(StreamState, bool), StreamsError> {
     let describe =
         |message| StreamsError::Kinesis { stream: wanted.name.clone(), action: "DescribeStreamSummary", message };
-    match client.describe_stream_summary().stream_name(&wanted.name).send().await {
-        Ok(out) => {
-            let summary = out.stream_description_summary.ok_or_else(|| describe("empty answer".into()))?;
+    match leasehold_aws::kinesis::describe_stream(client, StreamRef::named(&wanted.name)).await {
+        Ok(summary) => {
             let on_demand = summary.stream_mode_details.as_ref().is_some_and(|m| m.stream_mode == StreamMode::OnDemand);
             let state = match summary.stream_status.as_str() {
                 "ACTIVE" | "UPDATING" => {
@@ -108,10 +108,8 @@ pub async fn ensure(client: &aws_sdk_kinesis::Client, wanted: &Wanted) -> Result
             };
             Ok((state, false))
         }
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-            create(client, wanted).await
-        }
-        Err(e) => Err(describe(fault_message(classify(&e)))),
+        Err(KinesisError::StreamNotFound { .. }) => create(client, wanted).await,
+        Err(e) => Err(describe(e.to_string())),
     }
 }
 

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use leasehold_crds::StreamSpec;
+use leasehold_worker::aws::kinesis::{self, KinesisError, StreamRef};
 use rand::Rng;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -50,24 +51,18 @@ impl ShardCounts {
         {
             return count.clone();
         }
-        let request = client.describe_stream_summary().set_stream_arn(stream.arn.clone());
-        let request = if stream.arn.is_some() { request } else { request.stream_name(stream.stream_name()) };
-        let count = match request.send().await {
-            Ok(out) => match out.stream_description_summary {
-                Some(summary) => {
-                    // A service or emulator that says nothing of the mode predates on-demand streams.
-                    let mode = summary
-                        .stream_mode_details
-                        .map(|m| m.stream_mode.as_str().to_string())
-                        .unwrap_or_else(|| "PROVISIONED".into());
-                    StreamCount::Open(summary.open_shard_count, mode)
-                }
-                None => StreamCount::Failed("empty DescribeStreamSummary answer".into()),
-            },
-            Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-                StreamCount::NotFound
+        let address = StreamRef { name: stream.stream_name(), arn: stream.arn.as_deref() };
+        let count = match kinesis::describe_stream(client, address).await {
+            Ok(summary) => {
+                // A service or emulator that says nothing of the mode predates on-demand streams.
+                let mode = summary
+                    .stream_mode_details
+                    .map(|m| m.stream_mode.as_str().to_string())
+                    .unwrap_or_else(|| "PROVISIONED".into());
+                StreamCount::Open(summary.open_shard_count, mode)
             }
-            Err(e) => StreamCount::Failed(crate::aws::error_message(&e)),
+            Err(KinesisError::StreamNotFound { .. }) => StreamCount::NotFound,
+            Err(e) => StreamCount::Failed(e.to_string()),
         };
         let jitter = rand::rng().random_range(0.8..1.2);
         let fresh_until = Instant::now() + self.interval.mul_f64(jitter);

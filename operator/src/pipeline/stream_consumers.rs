@@ -15,6 +15,7 @@ use aws_sdk_kinesis::types::ConsumerStatus;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use leasehold_crds::{StreamConsumer, StreamSpec};
+use leasehold_worker::aws::kinesis::{self, KinesisError, StreamRef};
 use leasehold_worker::stream_consumer::{self, Found};
 use serde_json::json;
 
@@ -55,13 +56,10 @@ pub async fn stream_arn(client: &Client, stream: &StreamSpec) -> Result<String> 
         return Ok(arn.clone());
     }
     let name = stream.stream_name();
-    let summary = client.describe_stream_summary().stream_name(name).send().await;
-    match summary {
-        Ok(out) => out.stream_description_summary.map(|s| s.stream_arn).ok_or_else(|| failed(name, "no stream ARN")),
-        Err(e) if e.as_service_error().is_some_and(|s| s.is_resource_not_found_exception()) => {
-            Err(Error::ConsumerStreamNotFound(vec![name.to_string()]))
-        }
-        Err(e) => Err(failed(name, crate::aws::error_message(&e))),
+    match kinesis::describe_stream(client, StreamRef::named(name)).await {
+        Ok(summary) => Ok(summary.stream_arn),
+        Err(KinesisError::StreamNotFound { .. }) => Err(Error::ConsumerStreamNotFound(vec![name.to_string()])),
+        Err(e) => Err(failed(name, e)),
     }
 }
 

@@ -7,6 +7,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
 use leasehold_crds::{StreamConsumer, WindowShardProgress, WindowStatus, format_time_ms};
+use leasehold_worker::aws::kinesis::{self, KinesisError, StreamRef};
 use leasehold_worker::lease::{Lease, LeaseKey};
 use leasehold_worker::window::WindowProgress;
 
@@ -83,27 +84,11 @@ pub async fn observe(consumer: &StreamConsumer, ctx: &Context, rows: Option<&Lea
 }
 
 /// The open shards of `streams` as lease keys (ListShards, every page).
-async fn open_shards(kinesis: &aws_sdk_kinesis::Client, streams: &[String]) -> Result<Vec<LeaseKey>, String> {
+async fn open_shards(client: &aws_sdk_kinesis::Client, streams: &[String]) -> Result<Vec<LeaseKey>, KinesisError> {
     let mut open = Vec::new();
     for stream in streams {
-        let mut token: Option<String> = None;
-        loop {
-            let request = match &token {
-                Some(token) => kinesis.list_shards().next_token(token),
-                None => kinesis.list_shards().stream_name(stream),
-            };
-            let page = request.send().await.map_err(|e| format!("{stream}: {}", crate::aws::error_message(&e)))?;
-            for shard in page.shards() {
-                let closed = shard.sequence_number_range().is_some_and(|r| r.ending_sequence_number().is_some());
-                if !closed {
-                    open.push(LeaseKey::new(stream.as_str(), shard.shard_id()));
-                }
-            }
-            token = page.next_token().map(str::to_string);
-            if token.is_none() {
-                break;
-            }
-        }
+        let shards = kinesis::list_shards(client, StreamRef::named(stream)).await?;
+        open.extend(shards.into_iter().filter(|s| !s.closed).map(|s| LeaseKey::new(stream.as_str(), s.id)));
     }
     Ok(open)
 }

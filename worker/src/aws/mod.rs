@@ -5,4 +5,4 @@ mod config;
 
 pub use config::{dynamodb_client, kinesis_client, s3_client, sdk_config, sqs_client};
 /// The sorting of SDK errors and the credentials count, in a crate of their own (`leasehold-aws`).
-pub use leasehold_aws::{Fault, classify, credentials};
+pub use leasehold_aws::{Fault, classify, credentials, kinesis};

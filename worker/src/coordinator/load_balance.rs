@@ -389,7 +389,14 @@ mod tests {
         }
 
         fn join(&mut self, w: &str) {
-            self.members.push(Member { owner: w.into(), counter: 1, alive: true, address: None, draining: false });
+            self.members.push(Member {
+                owner: w.into(),
+                counter: 1,
+                alive: true,
+                address: None,
+                draining: false,
+                expiry_ms: None,
+            });
             self.states.insert(w.into(), LoadState::default());
             self.requested.insert(w.into(), HashSet::new());
         }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use regex::Regex;
 use tokio::time::Instant;
 
-use crate::kinesis::{Kinesis, KinesisError, ShardInfo, StreamState};
+use crate::kinesis::{Kinesis, KinesisError, ShardInfo, StreamIncarnation};
 use crate::lease::{Checkpoint, Lease, LeaseKey, LeaseStore, NewLease};
 pub use plan::{SyncPlan, parents_done, plan};
 
@@ -81,7 +81,7 @@ impl ShardSync {
     }
 
     /// Describes `stream`, remembering its creation time (forgotten when it cannot be described).
-    async fn describe(&self, stream: &str) -> Result<StreamState, KinesisError> {
+    async fn describe(&self, stream: &str) -> Result<StreamIncarnation, KinesisError> {
         let described = self.kinesis.stream_created(stream).await;
         let mut known = self.incarnations.lock().unwrap_or_else(|p| p.into_inner());
         match &described {
@@ -364,7 +364,7 @@ mod tests {
     }
 
     fn open(id: &str) -> ShardInfo {
-        ShardInfo { id: id.into(), parents: vec![], closed: false }
+        ShardInfo { id: id.into(), parents: vec![], closed: false, hash_keys: None }
     }
 
     #[test]

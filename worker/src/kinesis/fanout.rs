@@ -14,7 +14,7 @@ use aws_sdk_kinesis::types::{ConsumerStatus, ShardIteratorType, StartingPosition
 use prometheus_client::metrics::counter::Counter;
 use tokio::sync::OnceCell;
 
-use super::{Kinesis, KinesisError, Result, StartAt};
+use super::{Kinesis, KinesisError, Result, StartAt, StreamRef};
 use crate::processor::Record;
 use crate::stream_consumer::{self, Found, StreamConsumerError};
 
@@ -173,11 +173,7 @@ impl Kinesis {
         if let Some(arn) = self.arns.get(stream) {
             return Ok(arn.clone());
         }
-        self.stream_summary(stream).await?.map(|s| s.stream_arn).ok_or_else(|| KinesisError::Service {
-            code: "NoStreamArn".into(),
-            message: format!("DescribeStreamSummary of {stream} gave no StreamARN"),
-            retryable: true,
-        })
+        Ok(leasehold_aws::kinesis::describe_stream(&self.client, StreamRef::named(stream)).await?.stream_arn)
     }
 
     async fn register_consumer(&self, consumers: &Consumers, stream: &str) -> Result<String> {

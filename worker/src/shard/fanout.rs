@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::unpack::Unpacker;
-use super::{Cursor, Flow, Incarnation, ShardExit, ShardReader, start_at};
+use super::{Cursor, Flow, RowIncarnation, ShardExit, ShardReader, start_at};
 use crate::dispatch::Dispatcher;
 use crate::kinesis::{FanOutEvent, KinesisError, StartAt, Subscription};
 
@@ -144,9 +144,9 @@ impl ShardReader {
         };
         // As before a polling iterator: never read a recreated stream under the former one's lease.
         match self.check_incarnation(d, &stream, cursor).await? {
-            Incarnation::Same => {}
-            Incarnation::Recreated(exit) => return Ok(Subscribed::Exit(exit)),
-            Incarnation::Unknown(e) => {
+            RowIncarnation::Same => {}
+            RowIncarnation::Recreated(exit) => return Ok(Subscribed::Exit(exit)),
+            RowIncarnation::Unknown(e) => {
                 let delay = state.failures.next().unwrap_or(Duration::from_secs(2));
                 tracing::debug!(shard = %key, error = %e, ?delay, "cannot describe the stream before subscribing; retrying");
                 self.back_off(d, delay, state.down_since).await?;

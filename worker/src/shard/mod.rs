@@ -170,7 +170,7 @@ enum Polled {
 }
 
 /// Whether the stream is still the incarnation the lease's row is about.
-enum Incarnation {
+enum RowIncarnation {
     /// It is (or it cannot be told for good, as for rows without a stamp).
     Same,
     /// It was deleted and recreated: the shard is given up with this exit.
@@ -294,9 +294,9 @@ impl ShardReader {
             None => {
                 let Some(from) = start_at(&cursor.fetched) else { return Ok(Polled::Exit(ShardExit::Ended)) };
                 match self.check_incarnation(d, &stream, cursor).await? {
-                    Incarnation::Same => {}
-                    Incarnation::Recreated(exit) => return Ok(Polled::Exit(exit)),
-                    Incarnation::Unknown(e) => return Ok(Polled::Failed(e)),
+                    RowIncarnation::Same => {}
+                    RowIncarnation::Recreated(exit) => return Ok(Polled::Exit(exit)),
+                    RowIncarnation::Unknown(e) => return Ok(Polled::Failed(e)),
                 }
                 match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
                     Ok(Some(it)) => it,
@@ -443,24 +443,24 @@ impl ShardReader {
     /// (or under a row the shard sync is replacing). `Ok(Some(exit))` gives the shard up; `Err` is a
     /// failed describe to back off from. A describe refused for good (no permission) lets the iterator
     /// be taken unchecked, as for rows without a stamp.
-    async fn check_incarnation(&self, d: &mut Dispatcher, stream: &str, cursor: &Cursor) -> Flow<Incarnation> {
-        let Some(created) = self.run.held.stream_created() else { return Ok(Incarnation::Same) };
+    async fn check_incarnation(&self, d: &mut Dispatcher, stream: &str, cursor: &Cursor) -> Flow<RowIncarnation> {
+        let Some(created) = self.run.held.stream_created() else { return Ok(RowIncarnation::Same) };
         match self.drive(d, self.kinesis.stream_created(stream)).await? {
-            Ok(state) if state.created == created => Ok(Incarnation::Same),
+            Ok(state) if state.created == created => Ok(RowIncarnation::Same),
             Ok(state) => {
                 let now = state.created;
                 tracing::warn!(shard = %self.run.held.key(), row = created, stream = now,
                     "the stream was recreated since the lease was taken; giving the shard up");
                 self.drain(d).await?;
                 let reason = format!("stream recreated (created {now}, the row is about {created})");
-                Ok(Incarnation::Recreated(ShardExit::Failed { reason, last: cursor.position(d) }))
+                Ok(RowIncarnation::Recreated(ShardExit::Failed { reason, last: cursor.position(d) }))
             }
             Err(e) if e.is_retryable() || matches!(e, KinesisError::StreamNotFound { .. }) => {
-                Ok(Incarnation::Unknown(e))
+                Ok(RowIncarnation::Unknown(e))
             }
             Err(e) => {
                 tracing::debug!(shard = %self.run.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
-                Ok(Incarnation::Same)
+                Ok(RowIncarnation::Same)
             }
         }
     }

@@ -4,7 +4,7 @@
 use super::*;
 
 fn shard(id: &str, parents: &[&str], closed: bool) -> ShardInfo {
-    ShardInfo { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed }
+    ShardInfo { id: id.into(), parents: parents.iter().map(|p| p.to_string()).collect(), closed, hash_keys: None }
 }
 
 fn row(shard: &str, checkpoint: Checkpoint, counter: u64, parents: &[&str]) -> Lease {

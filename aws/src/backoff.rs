@@ -11,7 +11,8 @@
 //! unit-tested exactly, where `backon` draws from its own generator. The arithmetic is a few lines;
 //! one helper for both kinds of callers beats two.
 //!
-//! Kept free of the rest of the crate (no `crate::` imports), so it can move to a shared crate.
+//! Lives in `leasehold-aws` because the shared Kinesis calls (`crate::kinesis`) retry with it too; the
+//! worker re-exports it as `leasehold_worker::backoff`.
 
 use std::time::Duration;
 

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use prometheus_client::encoding::{EncodeLabelSet, LabelSetEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -11,17 +12,77 @@ use prometheus_client::registry::Registry;
 
 use crate::health::Health;
 
-/// Labels of a per-shard or per-outcome series.
-type Labels = Vec<(&'static str, String)>;
+/// The label of a series counted by the policy applied (`records_exhausted`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct PolicyLabels {
+    policy: &'static str,
+}
 
-/// The labels of the series for `policy` (`records_exhausted`) or `shard` (`millis_behind_latest`).
-fn label(name: &'static str, value: &str) -> Labels {
-    vec![(name, value.to_string())]
+/// The label of a series counted by dead-letter destination.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct DestinationLabels {
+    destination: &'static str,
+}
+
+/// The labels of a dead letter sent cut: where to and why.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct CutLabels {
+    destination: &'static str,
+    reason: &'static str,
+}
+
+/// The label of a series counted by reason (skipped user records, fan-out failures, finished windows).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ReasonLabels {
+    reason: String,
+}
+
+/// The label of a series counted by outcome (fan-out end checks).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct OutcomeLabels {
+    outcome: &'static str,
+}
+
+/// The label of a per-shard series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct ShardLabels {
+    shard: String,
 }
 
 /// The labels of a shard's lag series.
-fn lag_labels(stream: &str, shard: &str) -> Labels {
-    vec![("stream", stream.to_string()), ("shard", shard.to_string())]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct LagLabels {
+    stream: String,
+    shard: String,
+}
+
+/// The labels of a handoff notice series: its event, and the reason only for refusals (so the other
+/// events' series carry no empty `reason` label).
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub(crate) struct HandoffLabels {
+    event: &'static str,
+    reason: Option<&'static str>,
+}
+
+impl EncodeLabelSet for HandoffLabels {
+    fn encode(&self, encoder: &mut LabelSetEncoder) -> Result<(), std::fmt::Error> {
+        let mut labels = vec![("event", self.event)];
+        labels.extend(self.reason.map(|reason| ("reason", reason)));
+        labels.encode(encoder)
+    }
+}
+
+/// The label set of a series counted by `reason`.
+pub(crate) fn reason(reason: &str) -> ReasonLabels {
+    ReasonLabels { reason: reason.to_string() }
+}
+
+fn shard_labels(shard: &str) -> ShardLabels {
+    ShardLabels { shard: shard.to_string() }
+}
+
+fn lag_labels(stream: &str, shard: &str) -> LagLabels {
+    LagLabels { stream: stream.to_string(), shard: shard.to_string() }
 }
 
 /// Every metric a worker exports, registered under the `leasehold_` prefix.
@@ -35,7 +96,7 @@ pub struct Metrics {
     /// Attempts retried in place after a failure.
     pub(crate) records_retried: Counter,
     /// Records whose attempts ran out, by what was done with them (`skip`, `requeue`, `deadLetter`).
-    pub(crate) records_exhausted: Family<Labels, Counter>,
+    pub(crate) records_exhausted: Family<PolicyLabels, Counter>,
     /// Failed records given up at once, without retries, because they were older than
     /// `retry.maxRecordAge` (each also counted in `records_exhausted` under the policy applied).
     pub(crate) records_aged_out: Counter,
@@ -43,14 +104,14 @@ pub struct Metrics {
     pub(crate) records_filtered: Counter,
     /// Dead letters an on-failure destination refused or could not take, by destination (`sqs`,
     /// `s3`); each is retried until it is taken, the record's shard waiting meanwhile.
-    pub(crate) dead_letter_failures: Family<Labels, Counter>,
+    pub(crate) dead_letter_failures: Family<DestinationLabels, Counter>,
     /// Dead letters sent cut (see `dispatch/letter.rs`), by `destination` (`kinesis`, `sqs`, `s3`) and
     /// `reason`: `too_large` (over the destination's limit, cut before sending), `refused` (the
     /// destination refused the whole letter as invalid).
-    pub(crate) dead_letters_cut: Family<Labels, Counter>,
+    pub(crate) dead_letters_cut: Family<CutLabels, Counter>,
     /// Dead letters a destination refused as invalid even in their smallest cut form, by
     /// `destination`: given up for that destination (the others still get theirs).
-    pub(crate) dead_letters_undeliverable: Family<Labels, Counter>,
+    pub(crate) dead_letters_undeliverable: Family<DestinationLabels, Counter>,
     /// Records opening with the requeue header whose proof does not check (written by a producer, or
     /// under another key): processed as ordinary records, their bytes as they are.
     pub(crate) requeue_headers_rejected: Counter,
@@ -67,7 +128,7 @@ pub struct Metrics {
     /// Handoff notices (rows freed at shutdown, told to a peer), by `event`: `sent`, `unsent` (the
     /// peer did not take it; the scans find the rows), `received`, `taken` (a row noticed and taken),
     /// `refused` (with a `reason`: a notice, or a row of one, not taken).
-    pub(crate) handoff_notices: Family<Labels, Counter>,
+    pub(crate) handoff_notices: Family<HandoffLabels, Counter>,
     /// Checkpoints written.
     pub(crate) checkpoints_written: Counter,
     /// Scans and membership heartbeats that could not use the lease table (retried with backoff).
@@ -77,35 +138,35 @@ pub struct Metrics {
     /// Records whose processing call has run longer than `lease.gracefulTimeout` and not returned.
     pub(crate) records_stuck: Gauge,
     /// Milliseconds behind the stream's tip at the last GetRecords or fan-out event, per shard.
-    pub(crate) millis_behind_latest: Family<Labels, Gauge>,
+    pub(crate) millis_behind_latest: Family<ShardLabels, Gauge>,
     /// How far behind this worker is on each shard it holds, in seconds, by `stream` and `shard`: the
     /// age of the oldest record read and not finished, or `millis_behind_latest` when larger.
-    pub(crate) shard_lag_seconds: Family<Labels, crate::lease::LagGauge>,
+    pub(crate) shard_lag_seconds: Family<LagLabels, crate::lease::LagGauge>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
     pub(crate) records_not_deaggregated: Counter,
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
     /// record hashing outside the shard, which the KPL puts again to the right shard).
-    pub(crate) user_records_skipped: Family<Labels, Counter>,
+    pub(crate) user_records_skipped: Family<ReasonLabels, Counter>,
     /// Fan-out subscriptions opened (SubscribeToShard answered).
     pub(crate) fanout_subscriptions: Counter,
     /// SubscribeToShard calls refused or failed, by reason (`resource_in_use`, `limit_exceeded`,
     /// `other`); each is retried with backoff.
-    pub(crate) fanout_subscribe_failures: Family<Labels, Counter>,
+    pub(crate) fanout_subscribe_failures: Family<ReasonLabels, Counter>,
     /// Subscriptions replaced by a new one, by why (`ended`: the service ended it, its 5-minute
     /// lifetime; `idle`: no event within `reader.subscriptionIdleTimeout`; `broken`: the event stream
     /// failed or the connection dropped).
-    pub(crate) fanout_subscriptions_replaced: Family<Labels, Counter>,
+    pub(crate) fanout_subscriptions_replaced: Family<ReasonLabels, Counter>,
     /// Shards given up (lease released) because no subscription delivered within a lease duration.
     pub(crate) fanout_shards_given_up: Counter,
     /// Checks of a quiet fan-out shard's end with one GetRecords, by outcome (`ended`: closed and read
     /// to its end, finished; `open`; `failed`).
-    pub(crate) fanout_end_checks: Family<Labels, Counter>,
+    pub(crate) fanout_end_checks: Family<OutcomeLabels, Counter>,
     /// Stream consumers this worker registered (it found them absent).
     pub(crate) fanout_consumers_registered: Counter,
     /// GetRecords calls that timed out (each halves its shard's page limit, down to 10).
     pub(crate) get_records_timeouts: Counter,
     /// A shard's GetRecords page limit while shrunk below `maxRecords` after timeouts, per shard.
-    pub(crate) get_records_limit: Family<Labels, Gauge>,
+    pub(crate) get_records_limit: Family<ShardLabels, Gauge>,
     /// Window consumers (`spec.window`): records inside the window handed to the processor.
     pub(crate) window_records_replayed: Counter,
     /// Window consumers: records read that arrived before `window.start` (a child's older records),
@@ -114,7 +175,7 @@ pub struct Metrics {
     /// Window consumers: shards finished, by `reason` (`past_end`: a record after `window.end` was
     /// read; `tip_passed`: nothing after `end` yet and the clock is past `end` + `tipSlack`;
     /// `shard_end`: the shard closed before either).
-    pub(crate) window_shards_finished: Family<Labels, Counter>,
+    pub(crate) window_shards_finished: Family<ReasonLabels, Counter>,
     /// Window consumers: 1 once every shard of the window is finished (the worker then exits 0).
     pub(crate) window_completed: Gauge,
     /// True while the coordinator runs (served as `/readyz`).
@@ -198,7 +259,7 @@ impl Metrics {
 
     /// Counts a window shard finished for `reason`.
     pub(crate) fn window_shard_finished(&self, reason: &str) {
-        self.window_shards_finished.get_or_create(&label("reason", reason)).inc();
+        self.window_shards_finished.get_or_create(&self::reason(reason)).inc();
     }
 
     /// Registers the series of processing records and of the lease table.
@@ -348,65 +409,63 @@ impl Metrics {
 
     /// Counts a record whose attempts ran out and to which `policy` was applied.
     pub(crate) fn exhausted(&self, policy: &'static str) {
-        self.records_exhausted.get_or_create(&label("policy", policy)).inc();
+        self.records_exhausted.get_or_create(&PolicyLabels { policy }).inc();
     }
 
     /// How many records `policy` was applied to so far.
     #[cfg(test)]
     pub(crate) fn exhausted_count(&self, policy: &'static str) -> u64 {
-        self.records_exhausted.get_or_create(&label("policy", policy)).get()
+        self.records_exhausted.get_or_create(&PolicyLabels { policy }).get()
     }
 
     /// Counts a dead letter `destination` did not take.
     pub(crate) fn dead_letter_failed(&self, destination: &'static str) {
-        self.dead_letter_failures.get_or_create(&label("destination", destination)).inc();
+        self.dead_letter_failures.get_or_create(&DestinationLabels { destination }).inc();
     }
 
     /// Counts a dead letter sent cut to `destination` for `reason`.
     pub(crate) fn dead_letter_cut(&self, destination: &'static str, reason: &'static str) {
-        let labels = vec![("destination", destination.to_string()), ("reason", reason.to_string())];
-        self.dead_letters_cut.get_or_create(&labels).inc();
+        self.dead_letters_cut.get_or_create(&CutLabels { destination, reason }).inc();
     }
 
     /// Counts a dead letter `destination` refused in every form.
     pub(crate) fn dead_letter_undeliverable(&self, destination: &'static str) {
-        self.dead_letters_undeliverable.get_or_create(&label("destination", destination)).inc();
+        self.dead_letters_undeliverable.get_or_create(&DestinationLabels { destination }).inc();
     }
 
     /// Counts `count` user records skipped for `reason`.
     pub(crate) fn skipped_user_records(&self, reason: &'static str, count: u64) {
-        self.user_records_skipped.get_or_create(&label("reason", reason)).inc_by(count);
+        self.user_records_skipped.get_or_create(&self::reason(reason)).inc_by(count);
     }
 
     /// Counts a failed SubscribeToShard call.
     pub(crate) fn subscribe_failed(&self, reason: &'static str) {
-        self.fanout_subscribe_failures.get_or_create(&label("reason", reason)).inc();
+        self.fanout_subscribe_failures.get_or_create(&self::reason(reason)).inc();
     }
 
     /// Counts a subscription replaced for `reason`.
     pub(crate) fn subscription_replaced(&self, reason: &'static str) {
-        self.fanout_subscriptions_replaced.get_or_create(&label("reason", reason)).inc();
+        self.fanout_subscriptions_replaced.get_or_create(&self::reason(reason)).inc();
     }
 
     /// Counts a handoff notice `event` (see `handoff_notices`).
     pub(crate) fn handoff_noticed(&self, event: &'static str) {
-        self.handoff_notices.get_or_create(&label("event", event)).inc();
+        self.handoff_notices.get_or_create(&HandoffLabels { event, reason: None }).inc();
     }
 
     /// Counts a handoff notice (or a row of one) refused for `reason`.
     pub(crate) fn handoff_refused(&self, reason: &'static str) {
-        let labels = vec![("event", "refused".to_string()), ("reason", reason.to_string())];
-        self.handoff_notices.get_or_create(&labels).inc();
+        self.handoff_notices.get_or_create(&HandoffLabels { event: "refused", reason: Some(reason) }).inc();
     }
 
     /// Counts a check of a quiet fan-out shard's end, by `outcome`.
     pub(crate) fn fanout_end_checked(&self, outcome: &'static str) {
-        self.fanout_end_checks.get_or_create(&label("outcome", outcome)).inc();
+        self.fanout_end_checks.get_or_create(&OutcomeLabels { outcome }).inc();
     }
 
     /// Sets how far behind the tip `shard` was at its last read.
     pub(crate) fn behind(&self, shard: &str, millis: i64) {
-        self.millis_behind_latest.get_or_create(&label("shard", shard)).set(millis);
+        self.millis_behind_latest.get_or_create(&shard_labels(shard)).set(millis);
     }
 
     /// The lag gauge of `shard` of `stream`.
@@ -421,13 +480,13 @@ impl Metrics {
 
     /// Sets `shard`'s GetRecords page limit.
     pub(crate) fn page_limit(&self, shard: &str, limit: i32) {
-        self.get_records_limit.get_or_create(&label("shard", shard)).set(i64::from(limit));
+        self.get_records_limit.get_or_create(&shard_labels(shard)).set(i64::from(limit));
     }
 
     /// Forgets `shard`'s series once this worker no longer reads it.
     pub(crate) fn forget_shard(&self, shard: &str) {
-        self.millis_behind_latest.remove(&label("shard", shard));
-        self.get_records_limit.remove(&label("shard", shard));
+        self.millis_behind_latest.remove(&shard_labels(shard));
+        self.get_records_limit.remove(&shard_labels(shard));
     }
 
     /// Marks the worker ready (its coordinator runs) or not.

@@ -295,7 +295,7 @@ mod tests {
         let out = u.expand(r, deaggregated);
         assert_eq!(out.len(), 1);
         assert_eq!((out[0].0.partition_key.as_str(), &out[0].1), ("x", &Checkpoint::Sequence("10".into())));
-        assert_eq!(u.metrics.user_records_skipped.get_or_create(&vec![("reason", "outside_shard".into())]).get(), 1);
+        assert_eq!(u.metrics.user_records_skipped.get_or_create(&crate::metrics::reason("outside_shard")).get(), 1);
         // Another aggregator's aggregate is delivered whole, wherever its user records hash.
         let other = kpl::aggregate([("x", Some("5"), &b"in"[..]), ("y", Some("500"), &b"out"[..])]);
         assert_eq!(run(&mut u, record("11", "x", other)).len(), 2);

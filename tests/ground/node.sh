@@ -272,7 +272,7 @@ failSwapOn: false
 # The disk is shared with everything else on the machine: evict only when it is really full, never
 # collect the locally imported images (there is no registry to pull them back from). The disk
 # thresholds are absolute: on a large shared disk 1% is gigabytes, and a build that left 2.5 GB of
-# 252 GB free once made the kubelet delete the project's images in the middle of `make test`.
+# 252 GB free once made the kubelet delete the project's images in the middle of a make test run.
 evictionHard: {memory.available: 100Mi, nodefs.available: 256Mi, imagefs.available: 256Mi, nodefs.inodesFree: 1%}
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99

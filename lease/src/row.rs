@@ -167,6 +167,24 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// The row of `key` at `checkpoint` as first written: no owner, counter 0, nothing measured yet
+    /// (the base that tests and builders change with struct update syntax).
+    pub fn unheld(key: LeaseKey, checkpoint: Checkpoint) -> Self {
+        Lease {
+            key,
+            owner: None,
+            expiry_ms: None,
+            counter: 0,
+            checkpoint,
+            parent_shard_ids: Vec::new(),
+            handoff_to: None,
+            stream_created: None,
+            lag_ms: None,
+            load: None,
+            window_records: None,
+        }
+    }
+
     /// True when `owner` holds this lease according to this copy of the row.
     pub fn is_held_by(&self, owner: &str) -> bool {
         self.owner.as_deref() == Some(owner)

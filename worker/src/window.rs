@@ -95,19 +95,7 @@ mod tests {
     use crate::lease::Checkpoint;
 
     fn row(shard: &str, checkpoint: Checkpoint) -> Lease {
-        Lease {
-            key: LeaseKey::new("s", shard),
-            owner: None,
-            expiry_ms: None,
-            counter: 1,
-            checkpoint,
-            parent_shard_ids: vec![],
-            handoff_to: None,
-            stream_created: None,
-            lag_ms: None,
-            load: None,
-            window_records: None,
-        }
+        Lease { counter: 1, ..Lease::unheld(LeaseKey::new("s", shard), checkpoint) }
     }
 
     #[test]

@@ -153,17 +153,10 @@ mod tests {
 
     fn row(shard: &str, checkpoint: Checkpoint, records: Option<u64>) -> Lease {
         Lease {
-            key: LeaseKey::new("s", shard),
             owner: Some("w-1".into()),
-            expiry_ms: None,
             counter: 1,
-            checkpoint,
-            parent_shard_ids: vec![],
-            handoff_to: None,
-            stream_created: None,
-            lag_ms: None,
-            load: None,
             window_records: records,
+            ..Lease::unheld(LeaseKey::new("s", shard), checkpoint)
         }
     }
 

@@ -1,6 +1,7 @@
 //! The `leasehold` CLI (also the kubectl plugin `kubectl-leasehold`): describe a consumer's lease
-//! table, rewind it, pause and resume its workers, drain one worker, and import checkpoints from a
-//! Java KCL lease table. It reaches AWS and Kubernetes with the worker's and operator's own clients.
+//! table, rewind it, pause and resume its workers, drain one worker, import checkpoints from a Java
+//! KCL lease table, redrive dead letters and replay a window of the past. It reaches AWS and
+//! Kubernetes with the worker's and operator's own clients.
 
 pub mod describe;
 pub mod drain;
@@ -11,6 +12,7 @@ pub mod output;
 pub mod pause;
 pub mod positions;
 pub mod redrive;
+pub mod replay;
 pub mod reset;
 pub mod rows;
 pub mod shards;
@@ -26,7 +28,8 @@ use error::{CliError, EXIT_CODES_HELP, Result};
 use output::Format;
 use target::TargetArgs;
 
-/// Day-2 tool for Leasehold consumers: describe, reset, pause/resume, drain, import from the Java KCL.
+/// Day-2 tool for Leasehold consumers: describe, reset, pause/resume, drain, import from the Java KCL,
+/// redrive dead letters, replay a window.
 #[derive(Parser, Debug)]
 #[command(name = "leasehold", version, after_help = EXIT_CODES_HELP)]
 pub struct Cli {
@@ -72,6 +75,11 @@ pub enum Command {
     /// original record on its stream again (dry run by default; `--execute` puts and marks them).
     #[command(after_help = EXIT_CODES_HELP)]
     Redrive(Box<redrive::RedriveArgs>),
+    /// Reprocess the records that arrived between two times beside the live consumer: a dry run by
+    /// default (the shards and an estimate of the window's records); `--execute` creates a window
+    /// consumer from the live one's spec, follows it to `Completed` and deletes it (`--keep` keeps it).
+    #[command(after_help = EXIT_CODES_HELP)]
+    Replay(Box<replay::ReplayArgs>),
     /// Print a shell completion script.
     Completions {
         /// The shell.
@@ -120,6 +128,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Drain(args) => drain::run(&args, cli.output).await,
         Command::ImportKcl(args) => kcl::run(&args, cli.output).await,
         Command::Redrive(args) => redrive::run(&args, cli.output).await,
+        Command::Replay(args) => replay::run(&args, cli.output).await,
         Command::Completions { shell } => {
             let mut command = Cli::command();
             clap_complete::generate(shell, &mut command, "leasehold", &mut std::io::stdout());

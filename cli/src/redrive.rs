@@ -654,38 +654,14 @@ pub async fn run(args: &RedriveArgs, format: Format) -> Result<()> {
 /// Posts a `Redriven` event on the StreamConsumer, when the consumer is one and the cluster answers
 /// (a warning on stderr otherwise: the records are put either way).
 async fn post_event(target: &Target, outcome: &Outcome) {
-    use kube::Resource;
-    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-    let Some((ns, name)) = &target.resource else { return };
-    let posted = async {
-        let client = crate::target::kube_client().await?;
-        let consumer = crate::target::get_consumer(&client, ns, name).await?;
-        let reporter = Reporter { controller: "leasehold-cli".into(), instance: None };
-        let from: Vec<String> = outcome
-            .destinations
-            .iter()
-            .filter(|(_, c)| c.marked > 0)
-            .map(|(n, c)| format!("{n} {}", c.marked))
-            .collect();
-        let event = Event {
-            type_: EventType::Normal,
-            reason: "Redriven".into(),
-            note: Some(format!(
-                "leasehold redrive put {} dead-lettered record(s) back (letters marked: {})",
-                outcome.put,
-                from.join(", ")
-            )),
-            action: "Redrive".into(),
-            secondary: None,
-        };
-        Recorder::new(client, reporter)
-            .publish(&event, &consumer.object_ref(&()))
-            .await
-            .map_err(|e| CliError::Service(format!("kubernetes: {e}")))
-    };
-    if let Err(e) = posted.await {
-        eprintln!("warning: no Redriven event posted on {ns}/{name}: {e}");
-    }
+    let from: Vec<String> =
+        outcome.destinations.iter().filter(|(_, c)| c.marked > 0).map(|(n, c)| format!("{n} {}", c.marked)).collect();
+    let note = format!(
+        "leasehold redrive put {} dead-lettered record(s) back (letters marked: {})",
+        outcome.put,
+        from.join(", ")
+    );
+    crate::target::post_event(target, "Redriven", "Redrive", note).await;
 }
 
 /// Marks every copy of `record` redriven after its put.

@@ -164,3 +164,30 @@ pub async fn resolve(args: &TargetArgs) -> Result<Target> {
 fn unreachable_usage() -> Result<String> {
     Err(CliError::Usage("name the consumer: namespace/name of a StreamConsumer, or --table".into()))
 }
+
+/// Posts a Normal event `reason` on the consumer's StreamConsumer, when it is one and the cluster
+/// answers (a warning on stderr otherwise: what the command did stands either way).
+pub async fn post_event(target: &Target, reason: &str, action: &str, note: String) {
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let Some((ns, name)) = &target.resource else { return };
+    let posted = async {
+        let client = kube_client().await?;
+        let consumer = get_consumer(&client, ns, name).await?;
+        let reporter = Reporter { controller: "leasehold-cli".into(), instance: None };
+        let event = Event {
+            type_: EventType::Normal,
+            reason: reason.into(),
+            note: Some(note),
+            action: action.into(),
+            secondary: None,
+        };
+        Recorder::new(client, reporter)
+            .publish(&event, &consumer.object_ref(&()))
+            .await
+            .map_err(|e| CliError::Service(format!("kubernetes: {e}")))
+    };
+    if let Err(e) = posted.await {
+        eprintln!("warning: no {reason} event posted on {ns}/{name}: {e}");
+    }
+}

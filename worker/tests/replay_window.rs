@@ -79,3 +79,53 @@ async fn a_window_replays_exactly_its_records_across_a_split_while_the_live_grou
     .await;
     assert_exactly_once(&live.deliveries(), &all);
 }
+
+/// A window's worker killed (-9) part-way: a second one on the same table takes the leases once they
+/// expire, resumes each shard from its last checkpoint and finishes the window. Every record of the
+/// window is processed, repeats only the crashed worker's unfinished suffix, and none outside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_window_worker_killed_part_way_is_resumed_from_its_checkpoints() {
+    let kinesis = leasehold_testkit::kinesis_client().await;
+    let stream = leasehold_testkit::create_stream(&kinesis, "window-crash", 2).await;
+    put_records(&kinesis, &stream, &records(4, 0, 5)).await;
+    tokio::time::sleep(GAP).await;
+    let start = now_rfc3339();
+    tokio::time::sleep(GAP).await;
+    let inside = records(8, 100, 25);
+    put_records(&kinesis, &stream, &inside).await;
+    tokio::time::sleep(GAP).await;
+    let end = now_rfc3339();
+    tokio::time::sleep(GAP).await;
+    put_records(&kinesis, &stream, &records(4, 300, 5)).await;
+
+    // 5 records a page, at most 5 pages a second per shard: the window takes seconds to read, so the
+    // kill lands in the middle of it.
+    let table = leasehold_testkit::unique_name("window-crash");
+    let extra = format!(
+        "reader: {{maxRecords: 5, idleTime: 100ms}}\nwindow: {{start: '{start}', end: '{end}', tipSlack: 2s}}\n"
+    );
+    let config = config(&stream, Some(&table), &extra);
+    let mut victim = spawn(&config, "window-crash-1");
+    wait_for("the first window worker is part-way", Duration::from_secs(60), async || {
+        distinct(&victim.deliveries()).len() >= 40
+    })
+    .await;
+    victim.signal("KILL");
+    victim.wait_exit(Duration::from_secs(5)).expect("killed");
+    let done_by_victim = distinct(&victim.deliveries()).len();
+    assert!(done_by_victim < inside.len(), "the kill came part-way: {done_by_victim} of {}", inside.len());
+
+    let mut heir = spawn(&config, "window-crash-2");
+    let exit = heir.wait_exit(Duration::from_secs(90)).expect("the second window worker finishes the window");
+    assert!(exit.success(), "it exits 0 once every shard is finished: {exit:?}");
+    let deliveries = all_deliveries(&[&victim, &heir]);
+    let repeats = assert_repeats_only_from_crashes(
+        &deliveries,
+        &inside,
+        &[Victim { owner: &victim.owner, crashed_before: None }],
+    );
+    assert_eq!(distinct(&deliveries).len(), inside.len(), "no record outside the window was processed");
+    assert!(!heir.deliveries().is_empty(), "the second worker resumed the window");
+    println!("killed after {done_by_victim} of {} records; {repeats} processed again", inside.len());
+    assert_per_key_order(&[&heir]);
+}

@@ -23,6 +23,11 @@ pub fn worker_binary() -> PathBuf {
     built("leasehold-worker", "cargo build -p leasehold-worker")
 }
 
+/// The `leasehold` CLI built next to the test (`cargo test --workspace` builds it).
+pub fn cli_binary() -> PathBuf {
+    built("leasehold", "cargo build -p leasehold-cli")
+}
+
 /// The binary a worker container's image stands for: the custom-processor example for
 /// [`CUSTOM_PROCESSOR_IMAGE`], else `leasehold-worker`.
 fn binary_for(image: Option<&str>) -> PathBuf {

@@ -5,7 +5,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput, ScalarAttributeType,
-    TableStatus, Tag,
+    TableDescription, TableStatus, Tag,
 };
 
 use super::errors::{Request, classify};
@@ -106,6 +106,22 @@ pub async fn ensure_table(client: &Client, table: &str, tags: &[(String, String)
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Why an existing table is not a lease table, if it is not: a lease table's key is one string hash key
+/// named `lease_key` (what [`create_table`] creates). Reading or writing rows of any other table is
+/// refused.
+pub fn not_a_lease_table(table: &TableDescription) -> Option<String> {
+    let keys: Vec<String> =
+        table.key_schema().iter().map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str())).collect();
+    let hash_is_lease_key = matches!(table.key_schema(), [only] if only.attribute_name() == attr::LEASE_KEY
+        && *only.key_type() == KeyType::Hash);
+    let lease_key_is_string = table
+        .attribute_definitions()
+        .iter()
+        .any(|a| a.attribute_name() == attr::LEASE_KEY && *a.attribute_type() == ScalarAttributeType::S);
+    (!(hash_is_lease_key && lease_key_is_string))
+        .then(|| if keys.is_empty() { "no key schema".to_string() } else { format!("key {}", keys.join(", ")) })
 }
 
 async fn describe_status(client: &Client, table: &str) -> Result<Option<TableStatus>> {

@@ -137,8 +137,14 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
     let (store_for_window, window_kinesis) = (store.clone(), kinesis.clone());
     let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?.with_requeue_keys(keys);
     let settings = coordinator_settings(&config);
-    let mut coordinator =
-        Coordinator::new(store, Arc::new(KinesisShards::new(kinesis, sync)), Arc::new(runner), processors, settings);
+    let mut coordinator = Coordinator::new(
+        store,
+        Arc::new(KinesisShards::new(kinesis, sync)),
+        Arc::new(runner),
+        metrics.clone(),
+        processors,
+        settings,
+    );
     if let Some(inbox) = inbox {
         coordinator = coordinator.with_handoff_inbox(inbox.for_streams(config.selection.clone()));
     }

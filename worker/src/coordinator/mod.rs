@@ -95,6 +95,8 @@ pub struct Coordinator {
     store: Arc<dyn LeaseStore>,
     shards: Arc<dyn ShardSource>,
     runner: Arc<Runner>,
+    /// The worker's metrics, which the coordinator and its readers count into.
+    metrics: Arc<Metrics>,
     processors: Arc<dyn ProcessorFactory>,
     settings: CoordinatorSettings,
     running: HashMap<LeaseKey, Running>,
@@ -128,12 +130,13 @@ struct Read {
 
 impl Coordinator {
     /// A coordinator over `store`, listing and reading shards through `shards`, making each held
-    /// shard's processor with `processors` and running its records with `runner` (whose metrics it
-    /// counts into).
+    /// shard's processor with `processors` and running its records with `runner`, counting into
+    /// `metrics`.
     pub(crate) fn new(
         store: Arc<dyn LeaseStore>,
         shards: Arc<dyn ShardSource>,
         runner: Arc<Runner>,
+        metrics: Arc<Metrics>,
         processors: Arc<dyn ProcessorFactory>,
         settings: CoordinatorSettings,
     ) -> Self {
@@ -144,6 +147,7 @@ impl Coordinator {
             store,
             shards,
             runner,
+            metrics,
             processors,
             settings,
             running: HashMap::new(),
@@ -175,7 +179,7 @@ impl Coordinator {
     }
 
     fn metrics(&self) -> &Arc<Metrics> {
-        self.runner.metrics()
+        &self.metrics
     }
 
     /// Runs until `shutdown` is cancelled, then finishes in-flight records (bounded by the graceful

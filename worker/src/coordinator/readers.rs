@@ -25,6 +25,7 @@ impl Coordinator {
         let run = ShardRun {
             held: held.clone(),
             runner: self.runner.clone(),
+            metrics: self.metrics.clone(),
             processor: self.processors.create(&key),
             start: lease.checkpoint,
             settings: self.settings.reader.clone(),

@@ -163,7 +163,7 @@ impl ShardReader {
                 return Ok(Subscribed::NotOpened);
             }
         };
-        self.run.runner.metrics().fanout_subscriptions.inc();
+        self.run.metrics.fanout_subscriptions.inc();
         tracing::debug!(shard = %key, from = ?from, "subscribed");
         self.read_subscription(d, cursor, state, subscription).await
     }
@@ -233,7 +233,7 @@ impl ShardReader {
             KinesisError::Throttled(_) => "limit_exceeded",
             _ => "other",
         };
-        self.run.runner.metrics().subscribe_failed(reason);
+        self.run.metrics.subscribe_failed(reason);
         let mut delay = state.failures.next().unwrap_or(Duration::from_secs(2));
         if reason == "limit_exceeded" {
             delay = delay.max(Duration::from_secs(1));
@@ -256,7 +256,7 @@ impl ShardReader {
     /// A subscription is replaced: counted, and logged (a drop rate-limited).
     fn replaced(&self, why: &'static str, error: Option<KinesisError>, log: &mut RateLimited) {
         let key = self.run.held.key();
-        self.run.runner.metrics().subscription_replaced(why);
+        self.run.metrics.subscription_replaced(why);
         if why == "ended" {
             tracing::info!(shard = %key, "subscription ended; subscribing again after the last event");
         } else if let Some(held_back) = log.allow() {
@@ -287,7 +287,7 @@ impl ShardReader {
                 Ok(_) => return Ok(None),
                 Err(KinesisError::StreamNotFound { .. }) => return self.stream_gone(d, cursor, stream).await.map(Some),
                 Err(e) => {
-                    self.run.runner.metrics().subscribe_failed("other");
+                    self.run.metrics.subscribe_failed("other");
                     if let Some(held_back) = log.allow() {
                         tracing::warn!(shard = %self.run.held.key(), error = %e, held_back,
                             "cannot resolve the stream consumer; retrying (counted in leasehold_fanout_subscribe_failures_total)");
@@ -337,14 +337,14 @@ impl ShardReader {
         };
         match self.drive(d, checked).await? {
             Ok(ended) => {
-                self.run.runner.metrics().fanout_end_checked(if ended { "ended" } else { "open" });
+                self.run.metrics.fanout_end_checked(if ended { "ended" } else { "open" });
                 if ended {
                     tracing::info!(shard = %key, "the subscription brought nothing and GetRecords shows the shard closed and read to its end");
                 }
                 Ok(ended)
             }
             Err(e) => {
-                self.run.runner.metrics().fanout_end_checked("failed");
+                self.run.metrics.fanout_end_checked("failed");
                 tracing::debug!(shard = %key, error = %e, "could not check the end of a quiet shard; checking again later");
                 Ok(false)
             }
@@ -402,7 +402,7 @@ impl ShardReader {
     /// No subscription delivered for a lease duration: the shard is released (what is done
     /// checkpointed) rather than held while nothing is read.
     async fn give_up(&self, d: &mut Dispatcher, cursor: &Cursor, down_since: Instant) -> Flow<ShardExit> {
-        self.run.runner.metrics().fanout_shards_given_up.inc();
+        self.run.metrics.fanout_shards_given_up.inc();
         let reason = format!(
             "no fan-out subscription delivered for {:?} (the lease duration); releasing the shard",
             down_since.elapsed()

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
+use crate::metrics::Metrics;
 use crate::processor::{Record, ShardProcessor};
 use pace::{Pace, PageLimit};
 use unpack::Unpacker;
@@ -113,6 +114,8 @@ pub struct ShardRun {
     pub held: Arc<HeldLease>,
     /// Runs each record through the processor and the retry policy.
     pub runner: Arc<Runner>,
+    /// The worker's metrics, which the reader counts into.
+    pub metrics: Arc<Metrics>,
     /// The shard's processor (made for this lease).
     pub processor: Arc<dyn ShardProcessor>,
     /// Where to start: the lease's checkpoint.
@@ -242,7 +245,7 @@ impl ShardReader {
             gate,
         );
         let key = self.run.held.key();
-        self.run.held.lag().report_to(self.run.runner.metrics().shard_lag(key.stream(), key.shard_id()));
+        self.run.held.lag().report_to(self.run.metrics.shard_lag(key.stream(), key.shard_id()));
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
         let read = match self.run.settings.mode {
@@ -252,8 +255,8 @@ impl ShardReader {
         let exit = match read {
             Ok(exit) | Err(exit) => exit,
         };
-        self.run.runner.metrics().forget_shard(&key.to_string());
-        self.run.runner.metrics().forget_shard_lag(key.stream(), key.shard_id());
+        self.run.metrics.forget_shard(&key.to_string());
+        self.run.metrics.forget_shard_lag(key.stream(), key.shard_id());
         exit
     }
 
@@ -322,7 +325,7 @@ impl ShardReader {
         let batch = match batch? {
             Ok(batch) => {
                 if polling.page.succeeded() {
-                    self.run.runner.metrics().page_limit(&shard_label, polling.page.get());
+                    self.run.metrics.page_limit(&shard_label, polling.page.get());
                 }
                 batch
             }
@@ -332,10 +335,10 @@ impl ShardReader {
             }
             Err(e) => {
                 if matches!(e, KinesisError::TimedOut) {
-                    self.run.runner.metrics().get_records_timeouts.inc();
+                    self.run.metrics.get_records_timeouts.inc();
                     if polling.page.timed_out() {
                         tracing::info!(shard = %key, limit = polling.page.get(), "GetRecords timed out; asking for smaller pages");
-                        self.run.runner.metrics().page_limit(&shard_label, polling.page.get());
+                        self.run.metrics.page_limit(&shard_label, polling.page.get());
                     }
                 }
                 polling.iterator = Some(current);
@@ -367,7 +370,7 @@ impl ShardReader {
     /// The unpacker of this shard, read from `cursor`'s start.
     fn unpacker(&self, cursor: &Cursor) -> Unpacker {
         let label = self.run.held.key().to_string();
-        Unpacker::new(self.run.settings.deaggregate, &cursor.start, self.run.runner.metrics().clone(), label)
+        Unpacker::new(self.run.settings.deaggregate, &cursor.start, self.run.metrics.clone(), label)
     }
 
     /// Hands the records of one read (a GetRecords answer or a fan-out event) to the dispatcher in
@@ -383,7 +386,7 @@ impl ShardReader {
     ) -> Flow<Option<ShardExit>> {
         let key = self.run.held.key();
         if let Some(behind) = millis_behind {
-            self.run.runner.metrics().behind(&key.to_string(), behind);
+            self.run.metrics.behind(&key.to_string(), behind);
         }
         self.run.held.lag().read(millis_behind);
         if d.pending() == 0 {
@@ -405,7 +408,7 @@ impl ShardReader {
                 }
                 if arrival < window.start_ms {
                     // A child read from its oldest record holds records from before the window.
-                    self.run.runner.metrics().window_records_before_start.inc();
+                    self.run.metrics.window_records_before_start.inc();
                     continue;
                 }
             }
@@ -426,7 +429,7 @@ impl ShardReader {
                 let pushed = d.push(record, covers);
                 self.stepped(d, pushed.map(|()| true))?;
                 if window.is_some() {
-                    self.run.runner.metrics().window_records_replayed.inc();
+                    self.run.metrics.window_records_replayed.inc();
                     // Carried into the row by the next checkpoint or renewal (status.window).
                     self.run.held.replayed(1);
                 }
@@ -527,7 +530,7 @@ impl ShardReader {
     /// Writes a checkpoint through the held lease, counting it once written.
     async fn write_checkpoint(&self, position: &Checkpoint) -> Result<(), LeaseError> {
         self.run.held.checkpoint(position).await?;
-        self.run.runner.metrics().checkpoints_written.inc();
+        self.run.metrics.checkpoints_written.inc();
         Ok(())
     }
 
@@ -599,7 +602,7 @@ impl ShardReader {
     async fn finish_window(&self, d: &mut Dispatcher, cursor: &Cursor, reason: &str) -> Flow<ShardExit> {
         let exit = self.finish(d, cursor).await?;
         if self.run.settings.window.is_some() && exit == ShardExit::Ended {
-            self.run.runner.metrics().window_shard_finished(reason);
+            self.run.metrics.window_shard_finished(reason);
         }
         Ok(exit)
     }

@@ -5,7 +5,8 @@
 /// The record dispatcher and runner (the dispatch benchmark drives them without a worker).
 pub mod dispatch {
     pub use crate::dispatch::{
-        DispatchSettings, Dispatcher, Envelope, History, Opened, RequeueKey, Runner, open_requeued, parse_requeued,
+        DispatchSettings, Dispatcher, Envelope, History, Opened, RecordRunner, RequeueKey, open_requeued,
+        parse_requeued,
     };
 }
 

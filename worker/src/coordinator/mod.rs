@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::Runner;
+use crate::dispatch::RecordRunner;
 use crate::lease::{HeldLease, LeaseKey, LeasePage, LeaseStore};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
@@ -94,7 +94,7 @@ struct Running {
 pub struct Coordinator {
     store: Arc<dyn LeaseStore>,
     shards: Arc<dyn ShardSource>,
-    runner: Arc<Runner>,
+    runner: Arc<RecordRunner>,
     /// The worker's metrics, which the coordinator and its readers count into.
     metrics: Arc<Metrics>,
     processors: Arc<dyn ProcessorFactory>,
@@ -135,7 +135,7 @@ impl Coordinator {
     pub(crate) fn new(
         store: Arc<dyn LeaseStore>,
         shards: Arc<dyn ShardSource>,
-        runner: Arc<Runner>,
+        runner: Arc<RecordRunner>,
         metrics: Arc<Metrics>,
         processors: Arc<dyn ProcessorFactory>,
         settings: CoordinatorSettings,

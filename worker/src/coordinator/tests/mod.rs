@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Balance, Coordinator, CoordinatorSettings, Mode};
-use crate::dispatch::Runner;
+use crate::dispatch::RecordRunner;
 use crate::lease::{LeaseKey, LeaseSettings, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, ShardLeases};
 use crate::metrics::Metrics;
 use crate::shard::ReaderSettings;
@@ -73,7 +73,7 @@ impl Group {
             whole_reads: AtomicU64::new(0),
         });
         let metrics: Arc<Metrics> = Arc::default();
-        let runner = Arc::new(Runner::new(metrics.clone()));
+        let runner = Arc::new(RecordRunner::new(metrics.clone()));
         let processors = Arc::new(|_: &LeaseKey| Ignore);
         let coordinator = Coordinator::new(store.clone(), self.shards.clone(), runner, metrics, processors, settings);
         let shutdown = CancellationToken::new();

@@ -45,7 +45,7 @@ fn record(data: Bytes) -> Record {
 }
 
 /// A runner with the processor it runs.
-struct Bound(Runner, Arc<Failing>);
+struct Bound(RecordRunner, Arc<Failing>);
 
 impl Bound {
     async fn run(&self, record: &Record, stop: &CancellationToken) -> Outcome {
@@ -68,7 +68,7 @@ fn runner(policy: OnExhausted, retryable: bool) -> (Bound, Arc<Failing>, Arc<Col
         max_requeues: 2,
         ..RetryPolicy::default()
     };
-    let runner = Runner::new(Arc::default()).with_policy(policy).with_publisher(sink.clone());
+    let runner = RecordRunner::new(Arc::default()).with_policy(policy).with_publisher(sink.clone());
     (Bound(runner, failing.clone()), failing, sink)
 }
 

@@ -54,6 +54,8 @@ mod shard;
 pub mod signals;
 pub mod stream_consumer;
 pub mod streams;
+#[cfg(test)]
+mod test_rows;
 pub mod window;
 
 #[cfg(feature = "cli")]

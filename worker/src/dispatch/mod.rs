@@ -300,7 +300,7 @@ impl Dispatcher {
                     };
                 }
                 let began = tokio::time::Instant::now();
-                let outcome = runner.run(processor.as_ref(), &next.record, &stop).await;
+                let outcome = runner.process(processor.as_ref(), &next.record, &stop).await;
                 let spent = began.elapsed();
                 Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted: false, spent }
             }));

@@ -241,7 +241,7 @@ impl RecordRunner {
 
     /// Processes `record` with `processor` until it succeeds or the policy disposes of it. A graceful
     /// `stop` interrupts only the waits between attempts (the attempt in progress finishes).
-    pub async fn run(&self, processor: &dyn ShardProcessor, record: &Record, stop: &CancellationToken) -> Outcome {
+    pub async fn process(&self, processor: &dyn ShardProcessor, record: &Record, stop: &CancellationToken) -> Outcome {
         self.metrics.records_in_flight.inc();
         let _in_flight = InFlight(&self.metrics);
         let opened;

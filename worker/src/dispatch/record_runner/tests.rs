@@ -49,7 +49,7 @@ struct Bound(RecordRunner, Arc<Failing>);
 
 impl Bound {
     async fn run(&self, record: &Record, stop: &CancellationToken) -> Outcome {
-        self.0.run(self.1.as_ref(), record, stop).await
+        self.0.process(self.1.as_ref(), record, stop).await
     }
 
     fn metrics(&self) -> &Arc<Metrics> {

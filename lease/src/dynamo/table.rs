@@ -140,3 +140,40 @@ fn invalid(table: &str, error: impl std::fmt::Display) -> LeaseError {
         retryable: false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(keys: &[(&str, KeyType)], types: &[(&str, ScalarAttributeType)]) -> TableDescription {
+        let schema = keys
+            .iter()
+            .map(|(name, kind)| KeySchemaElement::builder().attribute_name(*name).key_type(kind.clone()).build())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .expect("key schema");
+        let definitions = types
+            .iter()
+            .map(|(name, kind)| {
+                AttributeDefinition::builder().attribute_name(*name).attribute_type(kind.clone()).build()
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .expect("attribute definitions");
+        TableDescription::builder().set_key_schema(Some(schema)).set_attribute_definitions(Some(definitions)).build()
+    }
+
+    #[test]
+    fn only_a_string_hash_key_named_lease_key_is_a_lease_table() {
+        let lease = table(&[("lease_key", KeyType::Hash)], &[("lease_key", ScalarAttributeType::S)]);
+        assert_eq!(not_a_lease_table(&lease), None);
+        let other = table(&[("id", KeyType::Hash)], &[("id", ScalarAttributeType::S)]);
+        assert_eq!(not_a_lease_table(&other).as_deref(), Some("key id (HASH)"));
+        let numbered = table(&[("lease_key", KeyType::Hash)], &[("lease_key", ScalarAttributeType::N)]);
+        assert!(not_a_lease_table(&numbered).is_some());
+        let ranged = table(
+            &[("lease_key", KeyType::Hash), ("at", KeyType::Range)],
+            &[("lease_key", ScalarAttributeType::S), ("at", ScalarAttributeType::N)],
+        );
+        assert_eq!(not_a_lease_table(&ranged).as_deref(), Some("key lease_key (HASH), at (RANGE)"));
+        assert_eq!(not_a_lease_table(&TableDescription::builder().build()).as_deref(), Some("no key schema"));
+    }
+}

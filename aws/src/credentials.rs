@@ -41,8 +41,19 @@ pub fn failures() -> Counter {
     FAILURES.clone()
 }
 
+/// Counts `fault` when it is a refusal of the credentials ([`crate::Fault::refuses_credentials`]), and
+/// logs it unless a line went out less than [`LOG_EVERY`] ago. Called by each caller of
+/// [`crate::classify`] that reports AWS failures, after classifying.
+pub fn note(fault: &crate::Fault) {
+    if let crate::Fault::Service { code, message, .. } = fault
+        && fault.refuses_credentials()
+    {
+        refused(code, message);
+    }
+}
+
 /// Counts one refused call and logs it unless a line went out less than [`LOG_EVERY`] ago.
-pub(super) fn refused(code: &str, message: &str) {
+fn refused(code: &str, message: &str) {
     FAILURES.inc();
     let mut logged = LOGGED.lock().unwrap_or_else(|p| p.into_inner());
     logged.1 += 1;
@@ -70,7 +81,11 @@ mod tests {
         assert!(!is_credentials_code("ProvisionedThroughputExceededException"));
         assert!(!is_credentials_code("ResourceNotFoundException"));
         let before = FAILURES.get();
-        refused("ExpiredTokenException", "test");
+        note(&crate::Fault::Service {
+            code: "ExpiredTokenException".into(),
+            message: "test".into(),
+            server_error: false,
+        });
         assert!(FAILURES.get() > before);
     }
 }

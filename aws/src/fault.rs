@@ -22,6 +22,11 @@ pub enum Fault {
 }
 
 impl Fault {
+    /// True when the service refused the caller's credentials or signature (expired, revoked, unknown).
+    pub fn refuses_credentials(&self) -> bool {
+        matches!(self, Fault::Service { code, .. } if super::credentials::is_credentials_code(code))
+    }
+
     /// True for the throttling codes of Kinesis and DynamoDB.
     pub fn is_throttling(&self) -> bool {
         matches!(self, Fault::Service { code, .. } if matches!(code.as_str(),
@@ -30,7 +35,8 @@ impl Fault {
     }
 }
 
-/// Sorts an SDK error of any AWS operation.
+/// Sorts an SDK error of any AWS operation. Pure: a caller that counts refused credentials does so
+/// itself ([`crate::credentials::note`]).
 pub fn classify<E>(error: &SdkError<E, HttpResponse>) -> Fault
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
@@ -45,9 +51,6 @@ where
             let server_error = matches!(error, SdkError::ServiceError(e) if e.raw().status().is_server_error());
             let code = error.code().unwrap_or("Unknown").to_string();
             let message = error.message().unwrap_or_default().to_string();
-            if super::credentials::is_credentials_code(&code) {
-                super::credentials::refused(&code, &message);
-            }
             Fault::Service { code, message, server_error }
         }
     }

@@ -71,7 +71,9 @@ impl KinesisError {
     where
         E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     {
-        Self::from_fault(crate::classify(&error), stream)
+        let fault = crate::classify(&error);
+        crate::credentials::note(&fault);
+        Self::from_fault(fault, stream)
     }
 
     /// The error of a call on `stream` that met `fault`.

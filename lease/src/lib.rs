@@ -29,7 +29,7 @@ use async_trait::async_trait;
 pub use checkpoint::{Checkpoint, InvalidCheckpoint};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use dynamo::from_item;
-pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table};
+pub use dynamo::{DynamoLeaseStore, TableBilling, create_table, ensure_table, not_a_lease_table};
 pub use error::{LeaseError, Result};
 pub use held::HeldLease;
 pub use key::LeaseKey;

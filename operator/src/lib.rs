@@ -16,6 +16,8 @@ pub mod leader;
 pub mod metrics;
 pub mod pipeline;
 pub mod readiness;
+#[cfg(test)]
+mod test_rows;
 pub mod window;
 
 /// Field manager under which the operator writes every object with server-side apply.

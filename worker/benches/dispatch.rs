@@ -9,7 +9,7 @@ use std::time::Instant;
 use async_trait::async_trait;
 use bytes::Bytes;
 use leasehold_crds::Ordering;
-use leasehold_worker::internals::dispatch::{DispatchSettings, Dispatcher, Runner};
+use leasehold_worker::internals::dispatch::{DispatchSettings, Dispatcher, RecordRunner};
 use leasehold_worker::lease::Checkpoint;
 use leasehold_worker::processor::{Outputs, ProcessError, Record, ShardProcessor};
 use tokio_util::sync::CancellationToken;
@@ -79,7 +79,7 @@ fn main() {
     for (ordering, concurrency) in cases {
         let batch = records();
         let last = batch.last().map(|r| r.sequence_number.clone());
-        let runner = Arc::new(Runner::new(Arc::default()));
+        let runner = Arc::new(RecordRunner::new(Arc::default()));
         let settings = DispatchSettings { ordering, concurrency };
         let mut dispatcher =
             Dispatcher::new(settings, runner, Arc::new(NoOp), CancellationToken::new(), Arc::new(|| true));

@@ -7,7 +7,7 @@
 mod common;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::fanout::{fan_out_config, fan_out_server};
 use common::{Producer, config, event_time, records, spawn};
@@ -58,7 +58,8 @@ async fn move_times(kinesis: &aws_sdk_kinesis::Client, trials: usize, signal: &s
         tokio::time::sleep(Duration::from_millis(3000 / trials as u64)).await;
         let moving = a.held_shards();
         a.signal(signal);
-        stopped.push((Instant::now(), moving, b));
+        // The machine's clock: compared with the times the partner logged its takes.
+        stopped.push((SystemTime::now(), moving, b));
     }
     for (at, moving, b) in stopped {
         for shard in moving {
@@ -66,7 +67,7 @@ async fn move_times(kinesis: &aws_sdk_kinesis::Client, trials: usize, signal: &s
                 event_time(b, "lease acquired", &shard).is_some()
             })
             .await;
-            times.push(event_time(b, "lease acquired", &shard).expect("taken").duration_since(at));
+            times.push(event_time(b, "lease acquired", &shard).expect("taken").duration_since(at).unwrap_or_default());
         }
     }
     times
@@ -103,25 +104,27 @@ async fn group_handoff_times(
         let (leaver, others) = group.split_first().expect("a group");
         let moving = leaver.held_shards();
         leaver.signal("TERM");
-        let stopped = Instant::now();
+        // The machine's clock, compared with the times the workers logged; the Instant for the lines as read.
+        let (stopped, stopped_read) = (SystemTime::now(), Instant::now());
         for shard in moving {
             let taken = || {
                 others.iter().filter_map(|w| event_time(w, "lease acquired", &shard)).filter(|at| *at > stopped).min()
             };
             wait_for("another worker takes the shard", Duration::from_secs(40), async || taken().is_some()).await;
-            let took = taken().expect("taken").duration_since(stopped);
+            let took = taken().expect("taken").duration_since(stopped).unwrap_or_default();
             if took > Duration::from_millis(500) {
                 // Which side was late: the leaver's release, or the others' take.
-                let released = event_time(leaver, "lease released", &shard).map(|at| at.duration_since(stopped));
+                let released = event_time(leaver, "lease released", &shard)
+                    .map(|at| at.duration_since(stopped).unwrap_or_default());
                 eprintln!("  slow: {shard} held elsewhere after {took:?}, released after {released:?}");
                 if std::env::var_os("LEASEHOLD_BENCH_VERBOSE").is_some() {
                     for w in others {
                         for (at, line) in w.logs() {
                             let about = line.to_string().contains(shard.as_str())
                                 || line.get("message").and_then(|m| m.as_str()).is_some_and(|m| m.contains("segments"));
-                            if about && at + Duration::from_secs(5) > stopped {
+                            if about && at + Duration::from_secs(5) > stopped_read {
                                 let since =
-                                    at.checked_duration_since(stopped).map(|d| d.as_millis() as i64).unwrap_or(-1);
+                                    at.checked_duration_since(stopped_read).map(|d| d.as_millis() as i64).unwrap_or(-1);
                                 eprintln!("    {} +{since}ms {line}", w.owner);
                             }
                         }

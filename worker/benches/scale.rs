@@ -3,7 +3,7 @@
 //! would. Run with `make bench` or `cargo bench -p leasehold-worker --bench scale`; prints markdown for
 //! docs/benchmarks.md.
 //!
-//! The workers are worker runtimes ([`leasehold_worker::runtime::run`]) sharing this process, not
+//! The workers are worker runtimes ([`leasehold_worker::runtime::run_worker`]) sharing this process, not
 //! processes: see docs/benchmarks.md ("Scale and cost") for why. The lease table is watched directly
 //! on dynalite (not through the meter), so watching costs nothing on the bill.
 //!
@@ -355,7 +355,7 @@ async fn fleet(design: (&str, &str), workers: usize, shards: usize, setup: &Setu
             let span = tracing::info_span!("worker", owner = %owner);
             tokio::spawn(
                 async move {
-                    if let Err(e) = leasehold_worker::runtime::run(leasehold_worker::runtime::Worker {
+                    if let Err(e) = leasehold_worker::runtime::run_worker(leasehold_worker::runtime::Worker {
                         config,
                         owner: owner.clone(),
                         processors: factory,

@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 
-use crate::aws::{Fault, classify};
+use crate::aws::{Fault, classify, credentials};
 use crate::processor::Record;
 
 /// The most a Kinesis record takes: data and partition key together (1 MiB).
@@ -241,7 +241,9 @@ impl Destination for SqsDestination {
         }
         message.send().await.map(|_| ()).map_err(|e| {
             let text = format!("{}", aws_sdk_sqs::error::DisplayErrorContext(&e));
-            DeliveryError::from_fault(classify(&e), text)
+            let fault = classify(&e);
+            credentials::note(&fault);
+            DeliveryError::from_fault(fault, text)
         })
     }
 }
@@ -291,7 +293,9 @@ impl Destination for S3Destination {
             .map(|_| ())
             .map_err(|e| {
                 let text = format!("{}", aws_sdk_s3::error::DisplayErrorContext(&e));
-                DeliveryError::from_fault(classify(&e), text)
+                let fault = classify(&e);
+                credentials::note(&fault);
+                DeliveryError::from_fault(fault, text)
             })
     }
 }

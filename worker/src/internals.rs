@@ -5,7 +5,8 @@
 /// The record dispatcher and runner (the dispatch benchmark drives them without a worker).
 pub mod dispatch {
     pub use crate::dispatch::{
-        DispatchSettings, Dispatcher, Envelope, History, Opened, RequeueKey, Runner, open_requeued, parse_requeued,
+        DispatchSettings, Dispatcher, Envelope, History, Opened, RecordRunner, RequeueKey, open_requeued,
+        parse_requeued,
     };
 }
 
@@ -15,10 +16,10 @@ pub mod kpl {
     pub use crate::kpl::*;
 }
 
-/// The lease table's row format: attribute names, membership and term rows (the CLI reads and writes
+/// The lease table's row format: attribute values, membership and term rows (the CLI reads and writes
 /// rows; tests look at them).
 pub mod lease {
-    pub use crate::lease::row::{AttrValue, Attributes, MEMBER_PREFIX, TERM_PREFIX, attr, changes_key, term_key};
+    pub use crate::lease::row::{AttrValue, Attributes, MEMBER_PREFIX, TERM_PREFIX, changes_key, term_key};
 }
 
 /// The http processor's answer reader: a pure function of the body's bytes (fuzz targets call it).

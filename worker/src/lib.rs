@@ -4,7 +4,7 @@
 //! The `leasehold-worker` binary is [`main`]. A worker binary with business logic in Rust is
 //! [`main_with_processor`] given a [`ProcessorFactory`] that makes one [`ShardProcessor`] per shard:
 //! the same flags, endpoints, signals and exit codes, so the operator runs it as a consumer's image
-//! (`spec.processor.custom`). [`runtime::run`] embeds the worker in a program that owns its own
+//! (`spec.processor.custom`). [`runtime::run_worker`] embeds the worker in a program that owns its own
 //! runtime and shutdown.
 //!
 //! ```no_run
@@ -54,6 +54,8 @@ mod shard;
 pub mod signals;
 pub mod stream_consumer;
 pub mod streams;
+#[cfg(test)]
+mod test_rows;
 pub mod window;
 
 #[cfg(feature = "cli")]

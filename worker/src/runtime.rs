@@ -13,7 +13,7 @@ use crate::config::WorkerConfig;
 use crate::coordinator::{Balance, Coordinator, CoordinatorSettings, HandoffInbox, KinesisShards, LoadTuning, Mode};
 use crate::destination::{S3Destination, SqsDestination};
 use crate::discovery::{ShardSync, StreamSelection};
-use crate::dispatch::{RetryPolicy, Runner};
+use crate::dispatch::{RecordRunner, RetryPolicy};
 use crate::kinesis::{Consumers, Kinesis};
 use crate::lease::{
     DynamoLeaseStore, LeaseError, LeaseSettings, LeaseStore, MemoryLeaseStore, ensure_table, unique_owner_id,
@@ -85,7 +85,7 @@ pub fn processors(
     custom.ok_or(RuntimeError::NoCustomProcessor)
 }
 
-/// Everything [`run`] needs, in one value so a caller names what it passes.
+/// Everything [`run_worker`] needs, in one value so a caller names what it passes.
 pub struct Worker {
     /// The validated configuration.
     pub config: WorkerConfig,
@@ -101,11 +101,14 @@ pub struct Worker {
 }
 
 /// Builds the worker described by `worker.config` and runs it until `worker.shutdown` is cancelled.
-pub async fn run(worker: Worker) -> Result<(), RuntimeError> {
+pub async fn run_worker(worker: Worker) -> Result<(), RuntimeError> {
     run_taking_notices(worker, None).await
 }
 
-/// [`run`], taking handoff notices from `inbox` (whose route the caller serves at the address the
+/// The former name of [`run_worker`], kept while callers outside this crate move to it.
+pub use run_worker as run;
+
+/// [`run_worker`], taking handoff notices from `inbox` (whose route the caller serves at the address the
 /// inbox advertises): peers that shut down tell this worker at once which rows they freed for it.
 pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbox>) -> Result<(), RuntimeError> {
     let Worker { config, owner, processors, metrics, shutdown } = worker;
@@ -137,8 +140,14 @@ pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbo
     let (store_for_window, window_kinesis) = (store.clone(), kinesis.clone());
     let runner = runner(&config, &sdk, &kinesis, owner, metrics.clone())?.with_requeue_keys(keys);
     let settings = coordinator_settings(&config);
-    let mut coordinator =
-        Coordinator::new(store, Arc::new(KinesisShards::new(kinesis, sync)), Arc::new(runner), processors, settings);
+    let mut coordinator = Coordinator::new(
+        store,
+        Arc::new(KinesisShards::new(kinesis, sync)),
+        Arc::new(runner),
+        metrics.clone(),
+        processors,
+        settings,
+    );
     if let Some(inbox) = inbox {
         coordinator = coordinator.with_handoff_inbox(inbox.for_streams(config.selection.clone()));
     }
@@ -249,11 +258,11 @@ fn runner(
     kinesis: &Kinesis,
     owner: String,
     metrics: Arc<Metrics>,
-) -> Result<Runner, RuntimeError> {
+) -> Result<RecordRunner, RuntimeError> {
     let spec = &config.spec;
     let resolved = &config.resolved;
     let dead_letters = spec.retry.as_ref().and_then(|r| r.dead_letter_stream.clone());
-    let mut runner = Runner::new(metrics)
+    let mut runner = RecordRunner::new(metrics)
         .with_policy(RetryPolicy::from_spec(resolved, dead_letters))
         .with_publisher(Arc::new(kinesis.clone()))
         .with_owner(owner)

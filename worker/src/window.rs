@@ -95,7 +95,7 @@ mod tests {
     use crate::lease::Checkpoint;
 
     fn row(shard: &str, checkpoint: Checkpoint) -> Lease {
-        Lease { counter: 1, ..Lease::unheld(LeaseKey::new("s", shard), checkpoint) }
+        crate::test_rows::row(shard).counter(1).checkpoint(checkpoint).lease()
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Running {
         let picky = Arc::new(Picky::default());
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run(runtime::Worker {
+        let task = tokio::spawn(runtime::run_worker(runtime::Worker {
             config,
             owner: owner.into(),
             processors: Arc::new(shared(picky.clone())),

@@ -58,7 +58,7 @@ fn a_hung_processor_is_reported_stuck_keeps_its_lease_and_is_abandoned_at_shutdo
         let processors = runtime::processors(&custom, "hung-a", Some(Arc::new(factory))).expect("custom processor");
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run(runtime::Worker {
+        let task = tokio::spawn(runtime::run_worker(runtime::Worker {
             config: custom,
             owner: "hung-a".into(),
             processors,

@@ -69,7 +69,7 @@ async fn run(emulator: Emulator, stream: &str, create: &str, others: Option<(&st
     let config = WorkerConfig::parse(&yaml, Path::new("test.yaml")).expect("valid config");
     let recording = Arc::new(Recording::default());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(runtime::run(runtime::Worker {
+    let task = tokio::spawn(runtime::run_worker(runtime::Worker {
         config,
         owner: "create-test".into(),
         processors: Arc::new(shared(recording.clone())),

@@ -86,7 +86,7 @@ async fn start(prefix: &str, moto: &str, retry: &str) -> Running {
     let flaky = Arc::new(Flaky::default());
     let metrics = Arc::new(Metrics::default());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(runtime::run(runtime::Worker {
+    let task = tokio::spawn(runtime::run_worker(runtime::Worker {
         config,
         owner: "destination-test".into(),
         processors: Arc::new(shared(flaky.clone())),

@@ -84,7 +84,7 @@ async fn run_filtered(prefix: &str, aggregated: bool) {
     let recording = Arc::new(Recording::default());
     let metrics = Arc::new(Metrics::default());
     let shutdown = CancellationToken::new();
-    let task = tokio::spawn(runtime::run(runtime::Worker {
+    let task = tokio::spawn(runtime::run_worker(runtime::Worker {
         config,
         owner: "filter-test".into(),
         processors: Arc::new(shared(recording.clone())),

@@ -86,7 +86,7 @@ fn start(
     let journal = journal.clone();
     let factory = move |shard: &LeaseKey| Noting { shard: shard.clone(), journal: journal.clone(), shutdown_delay };
     let processors = runtime::processors(&config, "lifecycle", Some(Arc::new(factory))).expect("custom processor");
-    let task = tokio::spawn(runtime::run(runtime::Worker {
+    let task = tokio::spawn(runtime::run_worker(runtime::Worker {
         config,
         owner: "lifecycle".into(),
         processors,

@@ -78,7 +78,7 @@ impl InProcess {
         let flaky = Arc::new(Flaky::default());
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run(runtime::Worker {
+        let task = tokio::spawn(runtime::run_worker(runtime::Worker {
             config,
             owner: "retry-test".into(),
             processors: Arc::new(shared(flaky.clone())),

@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use common::*;
 use leasehold_testkit::process::{WorkerProcess, wait_for};
@@ -36,14 +36,14 @@ async fn killed_workers_shards_resume_elsewhere_within_lease_plus_renew(emulator
     tokio::time::sleep(Duration::from_secs(2)).await;
     let orphaned = victim.held_shards();
     victim.signal("KILL");
-    let killed_at = Instant::now();
+    let killed_at = SystemTime::now();
     victim.wait_exit(Duration::from_secs(5)).expect("killed");
     wait_for("survivor holds every shard", Duration::from_secs(15), async || survivor.held_shards().len() == 4).await;
     let takeovers = metric(&survivor, "leasehold_lease_takeovers_total").await;
     assert_eq!(takeovers, orphaned.len() as f64, "the survivor counts each lease it took over");
     for shard in &orphaned {
         let taken = event_time(&survivor, "lease acquired", shard).expect("taken over");
-        let failover = taken.duration_since(killed_at);
+        let failover = taken.duration_since(killed_at).unwrap_or_default();
         println!("{shard}: failover {failover:?}");
         assert!(
             failover <= LEASE + RENEW + SCAN,
@@ -89,12 +89,13 @@ async fn sigterm_moves_shards_at_once_without_duplicates(emulator: Emulator) {
     tokio::time::sleep(Duration::from_secs(2)).await;
     let moving = leaver.held_shards();
     leaver.signal("TERM");
-    let termed_at = Instant::now();
+    let termed_at = SystemTime::now();
     let status = leaver.wait_exit(Duration::from_secs(10)).expect("leaver exits");
     assert!(status.success(), "graceful exit: {status:?}\n{}", leaver.stderr_text());
     wait_for("stayer holds every shard", Duration::from_secs(10), async || stayer.held_shards().len() == 4).await;
     for shard in &moving {
-        let moved = event_time(&stayer, "lease acquired", shard).expect("taken").duration_since(termed_at);
+        let moved =
+            event_time(&stayer, "lease acquired", shard).expect("taken").duration_since(termed_at).unwrap_or_default();
         println!("{shard}: moved {moved:?} after SIGTERM");
         assert!(
             moved < LEASE / 2,
@@ -142,9 +143,11 @@ async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume(emulato
     wait_for("other takes every shard", Duration::from_secs(15), async || other.held_shards().len() == 4).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let resumed_at = Instant::now();
+    // The same moment by the machine's clock, to compare with the times the sleeper logged.
+    let resumed_wall = SystemTime::now();
     sleeper.signal("CONT");
     wait_for("sleeper notices its losses", Duration::from_secs(5), async || {
-        lost.iter().all(|shard| event_time(&sleeper, "lease lost", shard).is_some_and(|at| at >= resumed_at))
+        lost.iter().all(|shard| event_time(&sleeper, "lease lost", shard).is_some_and(|at| at >= resumed_wall))
     })
     .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -155,7 +158,7 @@ async fn a_stopped_worker_past_its_lease_stops_its_lost_shards_on_resume(emulato
         .filter(|d| lost.contains(&format!("{}:{}", d.stream, d.shard_id)))
         .filter(|d| {
             event_time(&sleeper, "lease acquired", &format!("{}:{}", d.stream, d.shard_id))
-                .is_none_or(|at| at < resumed_at)
+                .is_none_or(|at| at < resumed_wall)
         })
         .collect();
     assert!(late.is_empty(), "processed {} records of lost shards after resuming, e.g. {:?}", late.len(), late.first());

@@ -21,6 +21,7 @@ where
 {
     let table = request.table.to_string();
     let fault = leasehold_aws::classify(&error);
+    leasehold_aws::credentials::note(&fault);
     let throttled = fault.is_throttling();
     match fault {
         Fault::Timeout => LeaseError::Timeout { table },

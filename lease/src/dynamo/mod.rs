@@ -25,7 +25,7 @@ use super::{GroupRows, LeasePage, LeaseStore, PageToken, ShardLeases};
 pub use convert::from_item;
 use convert::to_item;
 use errors::{Request, classify};
-pub use table::{TableBilling, create_table, ensure_table};
+pub use table::{TableBilling, create_table, ensure_table, not_a_lease_table};
 
 /// A [`LeaseStore`] over a DynamoDB table with hash key `lease_key`.
 #[derive(Debug)]

@@ -5,7 +5,7 @@ use std::time::Duration;
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ProvisionedThroughput, ScalarAttributeType,
-    TableStatus, Tag,
+    TableDescription, TableStatus, Tag,
 };
 
 use super::errors::{Request, classify};
@@ -108,6 +108,22 @@ pub async fn ensure_table(client: &Client, table: &str, tags: &[(String, String)
     }
 }
 
+/// Why an existing table is not a lease table, if it is not: a lease table's key is one string hash key
+/// named `lease_key` (what [`create_table`] creates). Reading or writing rows of any other table is
+/// refused.
+pub fn not_a_lease_table(table: &TableDescription) -> Option<String> {
+    let keys: Vec<String> =
+        table.key_schema().iter().map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str())).collect();
+    let hash_is_lease_key = matches!(table.key_schema(), [only] if only.attribute_name() == attr::LEASE_KEY
+        && *only.key_type() == KeyType::Hash);
+    let lease_key_is_string = table
+        .attribute_definitions()
+        .iter()
+        .any(|a| a.attribute_name() == attr::LEASE_KEY && *a.attribute_type() == ScalarAttributeType::S);
+    (!(hash_is_lease_key && lease_key_is_string))
+        .then(|| if keys.is_empty() { "no key schema".to_string() } else { format!("key {}", keys.join(", ")) })
+}
+
 async fn describe_status(client: &Client, table: &str) -> Result<Option<TableStatus>> {
     match client.describe_table().table_name(table).send().await {
         Ok(out) => Ok(out.table.and_then(|t| t.table_status).or(Some(TableStatus::Creating))),
@@ -122,5 +138,42 @@ fn invalid(table: &str, error: impl std::fmt::Display) -> LeaseError {
         code: "InvalidRequest".into(),
         message: error.to_string(),
         retryable: false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(keys: &[(&str, KeyType)], types: &[(&str, ScalarAttributeType)]) -> TableDescription {
+        let schema = keys
+            .iter()
+            .map(|(name, kind)| KeySchemaElement::builder().attribute_name(*name).key_type(kind.clone()).build())
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .expect("key schema");
+        let definitions = types
+            .iter()
+            .map(|(name, kind)| {
+                AttributeDefinition::builder().attribute_name(*name).attribute_type(kind.clone()).build()
+            })
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .expect("attribute definitions");
+        TableDescription::builder().set_key_schema(Some(schema)).set_attribute_definitions(Some(definitions)).build()
+    }
+
+    #[test]
+    fn only_a_string_hash_key_named_lease_key_is_a_lease_table() {
+        let lease = table(&[("lease_key", KeyType::Hash)], &[("lease_key", ScalarAttributeType::S)]);
+        assert_eq!(not_a_lease_table(&lease), None);
+        let other = table(&[("id", KeyType::Hash)], &[("id", ScalarAttributeType::S)]);
+        assert_eq!(not_a_lease_table(&other).as_deref(), Some("key id (HASH)"));
+        let numbered = table(&[("lease_key", KeyType::Hash)], &[("lease_key", ScalarAttributeType::N)]);
+        assert!(not_a_lease_table(&numbered).is_some());
+        let ranged = table(
+            &[("lease_key", KeyType::Hash), ("at", KeyType::Range)],
+            &[("lease_key", ScalarAttributeType::S), ("at", ScalarAttributeType::N)],
+        );
+        assert_eq!(not_a_lease_table(&ranged).as_deref(), Some("key lease_key (HASH), at (RANGE)"));
+        assert_eq!(not_a_lease_table(&TableDescription::builder().build()).as_deref(), Some("no key schema"));
     }
 }

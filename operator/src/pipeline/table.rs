@@ -3,11 +3,10 @@
 //! created it.
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{KeyType, ScalarAttributeType, TableStatus};
+use aws_sdk_dynamodb::types::TableStatus;
 use kube::ResourceExt;
 use leasehold_crds::{BillingMode as SpecBilling, LeaseTableSpec, StreamConsumer};
-use leasehold_worker::internals::lease::attr::LEASE_KEY;
-use leasehold_worker::lease::{TableBilling, create_table};
+use leasehold_worker::lease::{TableBilling, create_table, not_a_lease_table};
 
 use super::table_capacity::Capacity;
 use crate::error::{Error, Result};
@@ -86,21 +85,6 @@ pub async fn ensure(
         }
         Err(e) => Err(failed(table, crate::aws::error_message(&e))),
     }
-}
-
-/// Why an existing table is not a lease table, if it is not: a lease table's key is one string hash key
-/// named `lease_key` (what the worker creates). Reading or writing rows of any other table is refused.
-fn not_a_lease_table(table: &aws_sdk_dynamodb::types::TableDescription) -> Option<String> {
-    let keys: Vec<String> =
-        table.key_schema().iter().map(|k| format!("{} ({})", k.attribute_name(), k.key_type().as_str())).collect();
-    let hash_is_lease_key = matches!(table.key_schema(), [only] if only.attribute_name() == LEASE_KEY
-        && *only.key_type() == KeyType::Hash);
-    let lease_key_is_string = table
-        .attribute_definitions()
-        .iter()
-        .any(|a| a.attribute_name() == LEASE_KEY && *a.attribute_type() == ScalarAttributeType::S);
-    (!(hash_is_lease_key && lease_key_is_string))
-        .then(|| if keys.is_empty() { "no key schema".to_string() } else { format!("key {}", keys.join(", ")) })
 }
 
 fn state(status: Option<TableStatus>) -> TableState {

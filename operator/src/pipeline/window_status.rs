@@ -152,12 +152,12 @@ mod tests {
     }
 
     fn row(shard: &str, checkpoint: Checkpoint, records: Option<u64>) -> Lease {
-        Lease {
-            owner: Some("w-1".into()),
-            counter: 1,
-            window_records: records,
-            ..Lease::unheld(LeaseKey::new("s", shard), checkpoint)
-        }
+        crate::test_rows::row("s", shard)
+            .owner(Some("w-1"))
+            .counter(1)
+            .window_records(records)
+            .checkpoint(checkpoint)
+            .lease()
     }
 
     #[test]

@@ -198,19 +198,7 @@ fn dealt<'a>(
 /// A free-standing row of stream `s` for the coordinator's unit tests.
 #[cfg(test)]
 pub(super) fn test_lease(shard: usize, owner: Option<&str>) -> Lease {
-    Lease {
-        key: LeaseKey::new("s", format!("shardId-{shard:012}")),
-        owner: owner.map(String::from),
-        expiry_ms: None,
-        counter: 1,
-        checkpoint: crate::lease::Checkpoint::TrimHorizon,
-        parent_shard_ids: vec![],
-        handoff_to: None,
-        stream_created: None,
-        lag_ms: None,
-        load: None,
-        window_records: None,
-    }
+    crate::test_rows::row(&format!("shardId-{shard:012}")).owner(owner).counter(1).lease()
 }
 
 #[cfg(test)]

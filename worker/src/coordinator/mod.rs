@@ -40,7 +40,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::Runner;
+use crate::dispatch::RecordRunner;
 use crate::lease::{HeldLease, LeaseKey, LeasePage, LeaseStore};
 use crate::metrics::Metrics;
 use crate::processor::ProcessorFactory;
@@ -94,7 +94,9 @@ struct Running {
 pub struct Coordinator {
     store: Arc<dyn LeaseStore>,
     shards: Arc<dyn ShardSource>,
-    runner: Arc<Runner>,
+    runner: Arc<RecordRunner>,
+    /// The worker's metrics, which the coordinator and its readers count into.
+    metrics: Arc<Metrics>,
     processors: Arc<dyn ProcessorFactory>,
     settings: CoordinatorSettings,
     running: HashMap<LeaseKey, Running>,
@@ -128,12 +130,13 @@ struct Read {
 
 impl Coordinator {
     /// A coordinator over `store`, listing and reading shards through `shards`, making each held
-    /// shard's processor with `processors` and running its records with `runner` (whose metrics it
-    /// counts into).
+    /// shard's processor with `processors` and running its records with `runner`, counting into
+    /// `metrics`.
     pub(crate) fn new(
         store: Arc<dyn LeaseStore>,
         shards: Arc<dyn ShardSource>,
-        runner: Arc<Runner>,
+        runner: Arc<RecordRunner>,
+        metrics: Arc<Metrics>,
         processors: Arc<dyn ProcessorFactory>,
         settings: CoordinatorSettings,
     ) -> Self {
@@ -144,6 +147,7 @@ impl Coordinator {
             store,
             shards,
             runner,
+            metrics,
             processors,
             settings,
             running: HashMap::new(),
@@ -175,7 +179,7 @@ impl Coordinator {
     }
 
     fn metrics(&self) -> &Arc<Metrics> {
-        self.runner.metrics()
+        &self.metrics
     }
 
     /// Runs until `shutdown` is cancelled, then finishes in-flight records (bounded by the graceful

@@ -9,7 +9,7 @@ use tracing::Instrument;
 
 use super::{Coordinator, Running};
 use crate::lease::{Checkpoint, HeldLease, Lease, LeaseKey, renew_until_lost};
-use crate::shard::{ShardExit, ShardRun, run_shard};
+use crate::shard::{ShardContext, ShardExit, read_with_hooks};
 
 impl Coordinator {
     /// Starts reading a lease just acquired (`sent`: when the acquire went out), with its renewer.
@@ -22,9 +22,10 @@ impl Coordinator {
             metrics.renewals_failed.inc();
         }));
         let stop = CancellationToken::new();
-        let run = ShardRun {
+        let context = ShardContext {
             held: held.clone(),
             runner: self.runner.clone(),
+            metrics: self.metrics.clone(),
             processor: self.processors.create(&key),
             start: lease.checkpoint,
             settings: self.settings.reader.clone(),
@@ -37,7 +38,7 @@ impl Coordinator {
         let span = tracing::info_span!("shard", shard = %key);
         let reader = tokio::spawn(
             async move {
-                let exit = run_shard(run, |run| async move { shards.read(run).await }).await;
+                let exit = read_with_hooks(context, |context| async move { shards.read(context).await }).await;
                 let _ = exits.send((reader_key, exit));
             }
             .instrument(span),

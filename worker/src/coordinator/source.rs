@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use crate::discovery::{Incarnation, ShardSync, SyncReport};
 use crate::kinesis::Kinesis;
 use crate::lease::{Lease, LeaseStore};
-use crate::shard::{ShardExit, ShardReader, ShardRun};
+use crate::shard::{ShardContext, ShardExit, ShardReader};
 
 /// The shards of the streams a group reads, and the reading of one of them.
 #[async_trait]
@@ -24,9 +24,9 @@ pub(crate) trait ShardSource: Send + Sync {
     /// `max_age` old.
     async fn incarnation(&self, stream: &str, max_age: Duration) -> Incarnation;
 
-    /// Reads a held shard until it ends, its lease is lost, it fails, or `run.stop` asks it to stop.
+    /// Reads a held shard until it ends, its lease is lost, it fails, or `context.stop` asks it to stop.
     /// The processor's lifecycle hooks are the caller's.
-    async fn read(&self, run: ShardRun) -> ShardExit;
+    async fn read(&self, context: ShardContext) -> ShardExit;
 }
 
 /// The shards of real streams: listed and described through Kinesis, read by polling or fan-out.
@@ -52,7 +52,7 @@ impl ShardSource for KinesisShards {
         self.sync.incarnation(stream, max_age).await
     }
 
-    async fn read(&self, run: ShardRun) -> ShardExit {
-        ShardReader::new(self.kinesis.clone(), run).run().await
+    async fn read(&self, context: ShardContext) -> ShardExit {
+        ShardReader::new(self.kinesis.clone(), context).read().await
     }
 }

@@ -348,19 +348,7 @@ mod tests {
     }
 
     fn row(shard: &str, checkpoint: Checkpoint, stream_created: Option<i64>) -> Lease {
-        Lease {
-            key: LeaseKey::new("s", shard),
-            owner: None,
-            expiry_ms: None,
-            counter: 3,
-            checkpoint,
-            parent_shard_ids: vec![],
-            handoff_to: None,
-            stream_created,
-            lag_ms: None,
-            load: None,
-            window_records: None,
-        }
+        crate::test_rows::row(shard).counter(3).checkpoint(checkpoint).stream_created(stream_created).lease()
     }
 
     fn open(id: &str) -> ShardInfo {

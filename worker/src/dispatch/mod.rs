@@ -1,6 +1,6 @@
 //! Dispatch inside one shard: records go in in shard order and run up to `concurrency` at once under
 //! the consumer's `ordering` (`key`: never two of one partition key at once; `shard`: one at a time;
-//! `none`: no order), each through the [`Runner`] (retries and the exhausted policy). The checkpoint
+//! `none`: no order), each through the [`RecordRunner`] (retries and the exhausted policy). The checkpoint
 //! watermark only ever covers a prefix of the shard in which every record is done.
 //!
 //! Memory is bounded: at most [`DispatchSettings::window`] records are admitted and not yet behind the
@@ -11,8 +11,8 @@
 //! dispatcher stops every record at once when the lease is lost.
 
 mod letter;
+mod record_runner;
 pub(crate) mod requeue;
-mod retry;
 mod stuck;
 mod watermark;
 
@@ -30,10 +30,10 @@ use tokio_util::sync::CancellationToken;
 pub use crate::destination::Publisher;
 use crate::lease::Checkpoint;
 use crate::processor::{Record, ShardProcessor};
+pub use record_runner::{Outcome, RecordRunner, RetryPolicy};
 /// Parses a requeue header without checking its proof: `fn(&Bytes) -> Option<(History, Bytes)>`.
 pub use requeue::open_unverified as open_requeued;
 pub use requeue::{Envelope, History, KeySource, Opened, RequeueKey, parse as parse_requeued};
-pub use retry::{Outcome, RetryPolicy, Runner};
 pub use watermark::Watermark;
 
 /// Order and concurrency inside a shard (`spec.ordering`, `spec.concurrency`).
@@ -103,7 +103,7 @@ pub struct Dispatcher {
     limit: usize,
     window: usize,
     by_key: bool,
-    runner: Arc<Runner>,
+    runner: Arc<RecordRunner>,
     processor: Arc<dyn ShardProcessor>,
     stop: CancellationToken,
     gate: Gate,
@@ -136,7 +136,7 @@ impl Dispatcher {
     /// before each record starts.
     pub fn new(
         settings: DispatchSettings,
-        runner: Arc<Runner>,
+        runner: Arc<RecordRunner>,
         processor: Arc<dyn ShardProcessor>,
         stop: CancellationToken,
         gate: Gate,
@@ -300,7 +300,7 @@ impl Dispatcher {
                     };
                 }
                 let began = tokio::time::Instant::now();
-                let outcome = runner.run(processor.as_ref(), &next.record, &stop).await;
+                let outcome = runner.process(processor.as_ref(), &next.record, &stop).await;
                 let spent = began.elapsed();
                 Finished { ordinal: next.ordinal, key: next.key, outcome, covers: next.covers, halted: false, spent }
             }));

@@ -72,7 +72,7 @@ fn record(n: u64, key: &str) -> Record {
 
 fn dispatcher(ordering: Ordering, concurrency: usize, probe: Arc<Probe>) -> (Dispatcher, CancellationToken) {
     let stop = CancellationToken::new();
-    let runner = Arc::new(Runner::new(Arc::default()));
+    let runner = Arc::new(RecordRunner::new(Arc::default()));
     let settings = DispatchSettings { ordering, concurrency };
     (Dispatcher::new(settings, runner, probe, stop.clone(), Arc::new(|| true)), stop)
 }
@@ -172,7 +172,7 @@ async fn a_closed_gate_starts_nothing_more() {
     let probe = Arc::new(Probe::default());
     let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let gate_open = open.clone();
-    let runner = Arc::new(Runner::new(Arc::default()));
+    let runner = Arc::new(RecordRunner::new(Arc::default()));
     let settings = DispatchSettings { ordering: Ordering::Key, concurrency: 2 };
     let mut d = Dispatcher::new(
         settings,
@@ -195,7 +195,7 @@ async fn a_closed_gate_starts_nothing_more_even_if_admitted_before() {
     let probe = Arc::new(Probe::default());
     let open = Arc::new(std::sync::atomic::AtomicBool::new(true));
     let gate_open = open.clone();
-    let runner = Arc::new(Runner::new(Arc::default()));
+    let runner = Arc::new(RecordRunner::new(Arc::default()));
     let settings = DispatchSettings { ordering: Ordering::Key, concurrency: 2 };
     let mut d = Dispatcher::new(
         settings,

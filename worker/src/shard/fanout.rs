@@ -86,7 +86,7 @@ impl ShardReader {
     /// Reads the shard through subscriptions until it ends, the lease is lost, a stop is requested, or
     /// no subscription can be re-established within `resubscribe_limit`.
     pub(super) async fn read_fan_out(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
-        let stream: Arc<str> = Arc::from(self.run.held.key().stream());
+        let stream: Arc<str> = Arc::from(self.context.held.key().stream());
         let mut failures = subscribe_backoff();
         if let Some(exit) = self.resolve_consumer(d, cursor, &stream, &mut failures).await? {
             return Ok(exit);
@@ -101,13 +101,13 @@ impl ShardReader {
             unpacker: self.unpacker(cursor),
         };
         loop {
-            if self.run.held.lost().is_cancelled() {
+            if self.context.held.lost().is_cancelled() {
                 return Ok(ShardExit::Lost);
             }
-            if self.run.stop.is_cancelled() {
+            if self.context.stop.is_cancelled() {
                 return self.stopped(d, cursor).await;
             }
-            if state.down_since.elapsed() >= self.run.settings.resubscribe_limit {
+            if state.down_since.elapsed() >= self.context.settings.resubscribe_limit {
                 return self.give_up(d, cursor, state.down_since).await;
             }
             match self.subscribe_and_read(d, cursor, &mut state).await? {
@@ -133,7 +133,7 @@ impl ShardReader {
         cursor: &mut Cursor,
         state: &mut FanOut,
     ) -> Flow<Subscribed> {
-        let key = self.run.held.key();
+        let key = self.context.held.key();
         let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
         let from = match &state.continuation {
             Some(sequence) => StartAt::AfterSequence(sequence.clone()),
@@ -163,7 +163,7 @@ impl ShardReader {
                 return Ok(Subscribed::NotOpened);
             }
         };
-        self.run.runner.metrics().fanout_subscriptions.inc();
+        self.context.metrics.fanout_subscriptions.inc();
         tracing::debug!(shard = %key, from = ?from, "subscribed");
         self.read_subscription(d, cursor, state, subscription).await
     }
@@ -176,14 +176,14 @@ impl ShardReader {
         state: &mut FanOut,
         mut subscription: Subscription,
     ) -> Flow<Subscribed> {
-        let idle_timeout = self.run.settings.subscription_idle_timeout;
+        let idle_timeout = self.context.settings.subscription_idle_timeout;
         let mut delivered = false;
         loop {
             // Until the new subscription delivers, the give-up limit bounds the wait too.
             let wait = if delivered {
                 idle_timeout
             } else {
-                let limit = state.down_since + self.run.settings.resubscribe_limit;
+                let limit = state.down_since + self.context.settings.resubscribe_limit;
                 idle_timeout.min(limit.saturating_duration_since(Instant::now()))
             };
             let (why, error) = match self.await_event(d, cursor, &mut subscription, wait).await? {
@@ -233,13 +233,13 @@ impl ShardReader {
             KinesisError::Throttled(_) => "limit_exceeded",
             _ => "other",
         };
-        self.run.runner.metrics().subscribe_failed(reason);
+        self.context.metrics.subscribe_failed(reason);
         let mut delay = state.failures.next().unwrap_or(Duration::from_secs(2));
         if reason == "limit_exceeded" {
             delay = delay.max(Duration::from_secs(1));
         }
         if let Some(held_back) = state.subscribe_log.allow() {
-            tracing::warn!(shard = %self.run.held.key(), error = %error, reason, ?delay, held_back,
+            tracing::warn!(shard = %self.context.held.key(), error = %error, reason, ?delay, held_back,
                 "SubscribeToShard failed; retrying (counted in leasehold_fanout_subscribe_failures_total)");
         }
         self.back_off(d, delay, state.down_since).await
@@ -248,19 +248,19 @@ impl ShardReader {
     /// Waits `delay`, but not past the give-up limit; interrupted or not, the reading loop's top
     /// checks for a lost lease, a stop or the limit next.
     async fn back_off(&self, d: &mut Dispatcher, delay: Duration, down_since: Instant) -> Flow<()> {
-        let until = (Instant::now() + delay).min(down_since + self.run.settings.resubscribe_limit);
+        let until = (Instant::now() + delay).min(down_since + self.context.settings.resubscribe_limit);
         self.drive(d, self.wait(Some(until))).await?;
         Ok(())
     }
 
     /// A subscription is replaced: counted, and logged (a drop rate-limited).
     fn replaced(&self, why: &'static str, error: Option<KinesisError>, log: &mut RateLimited) {
-        let key = self.run.held.key();
-        self.run.runner.metrics().subscription_replaced(why);
+        let key = self.context.held.key();
+        self.context.metrics.subscription_replaced(why);
         if why == "ended" {
             tracing::info!(shard = %key, "subscription ended; subscribing again after the last event");
         } else if let Some(held_back) = log.allow() {
-            let idle_timeout = self.run.settings.subscription_idle_timeout;
+            let idle_timeout = self.context.settings.subscription_idle_timeout;
             tracing::warn!(shard = %key, reason = why, error = ?error.map(|e| e.to_string()), ?idle_timeout, held_back,
                 "subscription dropped; subscribing again after the last event (counted in leasehold_fanout_subscriptions_replaced_total)");
         }
@@ -280,26 +280,26 @@ impl ShardReader {
         let mut log = RateLimited::new();
         loop {
             let resolved = tokio::select! {
-                _ = self.run.stop.cancelled() => return self.stopped(d, cursor).await.map(Some),
+                _ = self.context.stop.cancelled() => return self.stopped(d, cursor).await.map(Some),
                 resolved = self.drive(d, self.kinesis.consumer_arn(stream)) => resolved?,
             };
             match resolved {
                 Ok(_) => return Ok(None),
                 Err(KinesisError::StreamNotFound { .. }) => return self.stream_gone(d, cursor, stream).await.map(Some),
                 Err(e) => {
-                    self.run.runner.metrics().subscribe_failed("other");
+                    self.context.metrics.subscribe_failed("other");
                     if let Some(held_back) = log.allow() {
-                        tracing::warn!(shard = %self.run.held.key(), error = %e, held_back,
+                        tracing::warn!(shard = %self.context.held.key(), error = %e, held_back,
                             "cannot resolve the stream consumer; retrying (counted in leasehold_fanout_subscribe_failures_total)");
                     }
                 }
             }
-            if started.elapsed() >= self.run.settings.resubscribe_limit {
+            if started.elapsed() >= self.context.settings.resubscribe_limit {
                 return self.give_up(d, cursor, started).await.map(Some);
             }
             let delay = failures.next().unwrap_or(Duration::from_secs(2));
             self.drive(d, self.wait(Some(Instant::now() + delay))).await?;
-            if self.run.held.lost().is_cancelled() {
+            if self.context.held.lost().is_cancelled() {
                 return Ok(Some(ShardExit::Lost));
             }
         }
@@ -317,7 +317,7 @@ impl ShardReader {
         continuation: &Option<String>,
         quiet_since: &mut Instant,
     ) -> Flow<bool> {
-        if quiet_since.elapsed() < self.run.settings.end_check_interval {
+        if quiet_since.elapsed() < self.context.settings.end_check_interval {
             return Ok(false);
         }
         *quiet_since = Instant::now();
@@ -328,7 +328,7 @@ impl ShardReader {
                 None => return Ok(true),
             },
         };
-        let key = self.run.held.key();
+        let key = self.context.held.key();
         let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
         let checked = async {
             let Some(iterator) = self.kinesis.iterator(&stream, &shard, &from).await? else { return Ok(true) };
@@ -337,14 +337,14 @@ impl ShardReader {
         };
         match self.drive(d, checked).await? {
             Ok(ended) => {
-                self.run.runner.metrics().fanout_end_checked(if ended { "ended" } else { "open" });
+                self.context.metrics.fanout_end_checked(if ended { "ended" } else { "open" });
                 if ended {
                     tracing::info!(shard = %key, "the subscription brought nothing and GetRecords shows the shard closed and read to its end");
                 }
                 Ok(ended)
             }
             Err(e) => {
-                self.run.runner.metrics().fanout_end_checked("failed");
+                self.context.metrics.fanout_end_checked("failed");
                 tracing::debug!(shard = %key, error = %e, "could not check the end of a quiet shard; checking again later");
                 Ok(false)
             }
@@ -365,7 +365,7 @@ impl ShardReader {
         let deadline = Instant::now() + wait;
         // Checked a few times an interval, so records that finish soon after their event are
         // checkpointed soon after (a write only goes out when the interval has passed).
-        let every = (self.run.settings.checkpoint_interval / 4).max(Duration::from_millis(10));
+        let every = (self.context.settings.checkpoint_interval / 4).max(Duration::from_millis(10));
         loop {
             let tick = (Instant::now() + every).min(deadline);
             let next =
@@ -381,7 +381,7 @@ impl ShardReader {
     /// The next event of `subscription`, unless none comes within `wait` or a stop is asked for.
     async fn next_event(&self, subscription: &mut Subscription, wait: Duration) -> Next {
         tokio::select! {
-            _ = self.run.stop.cancelled() => Next::Stop,
+            _ = self.context.stop.cancelled() => Next::Stop,
             next = tokio::time::timeout(wait, subscription.next()) => match next {
                 Err(_) => Next::Idle,
                 Ok(Ok(Some(event))) => Next::Event(event),
@@ -394,7 +394,7 @@ impl ShardReader {
     /// The stream is gone: the records running finish and the shard is given up, as polling does.
     async fn stream_gone(&self, d: &mut Dispatcher, cursor: &Cursor, stream: &str) -> Flow<ShardExit> {
         let reason = format!("stream {stream} not found");
-        tracing::error!(shard = %self.run.held.key(), reason, "stream gone; giving the shard up");
+        tracing::error!(shard = %self.context.held.key(), reason, "stream gone; giving the shard up");
         self.drain(d).await?;
         Ok(ShardExit::Failed { reason, last: cursor.position(d) })
     }
@@ -402,12 +402,12 @@ impl ShardReader {
     /// No subscription delivered for a lease duration: the shard is released (what is done
     /// checkpointed) rather than held while nothing is read.
     async fn give_up(&self, d: &mut Dispatcher, cursor: &Cursor, down_since: Instant) -> Flow<ShardExit> {
-        self.run.runner.metrics().fanout_shards_given_up.inc();
+        self.context.metrics.fanout_shards_given_up.inc();
         let reason = format!(
             "no fan-out subscription delivered for {:?} (the lease duration); releasing the shard",
             down_since.elapsed()
         );
-        tracing::error!(shard = %self.run.held.key(), reason, "giving the shard up (counted in leasehold_fanout_shards_given_up_total)");
+        tracing::error!(shard = %self.context.held.key(), reason, "giving the shard up (counted in leasehold_fanout_shards_given_up_total)");
         self.drain(d).await?;
         Ok(ShardExit::Failed { reason, last: cursor.position(d) })
     }

@@ -4,7 +4,7 @@
 
 use std::future::Future;
 
-use super::{ShardExit, ShardRun};
+use super::{ShardContext, ShardExit};
 use crate::processor::ShardStart;
 
 /// Reads the shard with `read`, calling the processor's lifecycle hooks around it; returns how it ended.
@@ -13,17 +13,17 @@ use crate::processor::ShardStart;
 /// shard cannot be read: the worker gives it up, checkpointing what is done) → `shard_failed`; `Lost`
 /// → `lease_lost`. Dropping the returned future (a reader abandoned at the shutdown deadline) drops the
 /// processor, which must then let go of what it holds.
-pub async fn run_shard<R, F>(run: ShardRun, read: R) -> ShardExit
+pub async fn read_with_hooks<R, F>(context: ShardContext, read: R) -> ShardExit
 where
-    R: FnOnce(ShardRun) -> F,
+    R: FnOnce(ShardContext) -> F,
     F: Future<Output = ShardExit>,
 {
-    let processor = run.processor.clone();
-    let timeout = run.settings.hook_timeout;
-    let key = run.held.key().clone();
-    let start = ShardStart { shard: key.clone(), checkpoint: run.start.clone() };
+    let processor = context.processor.clone();
+    let timeout = context.settings.hook_timeout;
+    let key = context.held.key().clone();
+    let start = ShardStart { shard: key.clone(), checkpoint: context.start.clone() };
     processor.initialize(&start).await;
-    let exit = read(run).await;
+    let exit = read(context).await;
     let (hook, closing) = match &exit {
         ShardExit::Ended => ("shard_ended", processor.shard_ended()),
         ShardExit::Stopped { .. } => ("shutdown_requested", processor.shutdown_requested()),

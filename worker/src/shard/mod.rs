@@ -15,14 +15,15 @@ use leasehold_crds::{ReaderMode, ResolvedSpec, WindowBounds};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, Runner};
+use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, RecordRunner};
 use crate::kinesis::{Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
+use crate::metrics::Metrics;
 use crate::processor::{Record, ShardProcessor};
 use pace::{Pace, PageLimit};
 use unpack::Unpacker;
 
-pub use lifecycle::run_shard;
+pub use lifecycle::read_with_hooks;
 
 /// How a shard is read.
 #[derive(Debug, Clone)]
@@ -108,11 +109,13 @@ pub enum ShardExit {
 }
 
 /// What reading one held shard needs, whatever reads it (Kinesis, or a test's stand-in).
-pub struct ShardRun {
+pub struct ShardContext {
     /// The held lease (checkpoints go through it).
     pub held: Arc<HeldLease>,
     /// Runs each record through the processor and the retry policy.
-    pub runner: Arc<Runner>,
+    pub runner: Arc<RecordRunner>,
+    /// The worker's metrics, which the reader counts into.
+    pub metrics: Arc<Metrics>,
     /// The shard's processor (made for this lease).
     pub processor: Arc<dyn ShardProcessor>,
     /// Where to start: the lease's checkpoint.
@@ -128,7 +131,7 @@ pub struct ShardReader {
     /// Kinesis client.
     kinesis: Kinesis,
     /// The shard, its lease and its processor.
-    run: ShardRun,
+    context: ShardContext,
 }
 
 fn start_at(position: &Checkpoint) -> Option<StartAt> {
@@ -208,69 +211,69 @@ impl Cursor {
 type Flow<T> = Result<T, ShardExit>;
 
 impl ShardReader {
-    /// A reader of `run`'s shard through `kinesis`.
-    pub fn new(kinesis: Kinesis, run: ShardRun) -> Self {
-        Self { kinesis, run }
+    /// A reader of `context`'s shard through `kinesis`.
+    pub fn new(kinesis: Kinesis, context: ShardContext) -> Self {
+        Self { kinesis, context }
     }
 
     /// Reads the shard until it ends, the lease is lost, or a stop is requested.
-    pub async fn run(self) -> ShardExit {
-        let mut start = self.run.start.clone();
+    pub async fn read(self) -> ShardExit {
+        let mut start = self.context.start.clone();
         if start.is_shard_end() {
             return ShardExit::Ended;
         }
         // A LATEST start is pinned to a timestamp and checkpointed at once, so a worker that takes the
         // lease over before any record arrives resumes from here rather than from its own later tip.
         if start == Checkpoint::Latest {
-            start = Checkpoint::AtTimestamp(self.run.held.wall_ms());
-            self.run.held.set_progress(start.clone());
+            start = Checkpoint::AtTimestamp(self.context.held.wall_ms());
+            self.context.held.set_progress(start.clone());
             if let Err(e) = self.write_checkpoint(&start).await
                 && e.is_not_held()
             {
                 return ShardExit::Lost;
             }
         }
-        let held = self.run.held.clone();
+        let held = self.context.held.clone();
         // After a pause (a stopped process, a starved runtime) the deadline may have passed before the
         // renewer noticed: no record starts past it.
         let gate: Gate = Arc::new(move || held.is_valid());
         let mut dispatcher = Dispatcher::new(
-            self.run.settings.dispatch,
-            self.run.runner.clone(),
-            self.run.processor.clone(),
-            self.run.stop.clone(),
+            self.context.settings.dispatch,
+            self.context.runner.clone(),
+            self.context.processor.clone(),
+            self.context.stop.clone(),
             gate,
         );
-        let key = self.run.held.key();
-        self.run.held.lag().report_to(self.run.runner.metrics().shard_lag(key.stream(), key.shard_id()));
+        let key = self.context.held.key();
+        self.context.held.lag().report_to(self.context.metrics.shard_lag(key.stream(), key.shard_id()));
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
-        let read = match self.run.settings.mode {
-            ReaderMode::Polling => self.read(&mut dispatcher, &mut cursor).await,
+        let read = match self.context.settings.mode {
+            ReaderMode::Polling => self.read_polling(&mut dispatcher, &mut cursor).await,
             ReaderMode::FanOut => self.read_fan_out(&mut dispatcher, &mut cursor).await,
         };
         let exit = match read {
             Ok(exit) | Err(exit) => exit,
         };
-        self.run.runner.metrics().forget_shard(&key.to_string());
-        self.run.runner.metrics().forget_shard_lag(key.stream(), key.shard_id());
+        self.context.metrics.forget_shard(&key.to_string());
+        self.context.metrics.forget_shard_lag(key.stream(), key.shard_id());
         exit
     }
 
     /// Reads the shard by polling until it ends, the lease is lost, or a stop is requested.
-    async fn read(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
+    async fn read_polling(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
         let mut polling = Polling {
             iterator: None,
-            pace: Pace::new(self.run.settings.min_call_gap),
-            page: PageLimit::new(self.run.settings.max_records),
+            pace: Pace::new(self.context.settings.min_call_gap),
+            page: PageLimit::new(self.context.settings.max_records),
             unpacker: self.unpacker(cursor),
             failures: Box::new(read_backoff()),
         };
         loop {
-            if self.run.held.lost().is_cancelled() {
+            if self.context.held.lost().is_cancelled() {
                 return Ok(ShardExit::Lost);
             }
-            if self.run.stop.is_cancelled() {
+            if self.context.stop.is_cancelled() {
                 return self.stopped(d, cursor).await;
             }
             let step = match self.poll_once(d, cursor, &mut polling).await? {
@@ -287,7 +290,7 @@ impl ShardReader {
     /// One turn of polling: an iterator if there is none, then one paced GetRecords and its records
     /// handed over; says what happens next.
     async fn poll_once(&self, d: &mut Dispatcher, cursor: &mut Cursor, polling: &mut Polling) -> Flow<Polled> {
-        let key = self.run.held.key();
+        let key = self.context.held.key();
         let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
         let current = match polling.iterator.take() {
             Some(current) => current,
@@ -314,7 +317,7 @@ impl ShardReader {
         // been delivered, so the next holder reads it again from the checkpoint.
         let read = tokio::select! {
             biased;
-            _ = self.run.stop.cancelled() => None,
+            _ = self.context.stop.cancelled() => None,
             batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, polling.page.get())) => Some(batch),
         };
         let Some(batch) = read else { return self.stopped(d, cursor).await.map(Polled::Exit) };
@@ -322,7 +325,7 @@ impl ShardReader {
         let batch = match batch? {
             Ok(batch) => {
                 if polling.page.succeeded() {
-                    self.run.runner.metrics().page_limit(&shard_label, polling.page.get());
+                    self.context.metrics.page_limit(&shard_label, polling.page.get());
                 }
                 batch
             }
@@ -332,10 +335,10 @@ impl ShardReader {
             }
             Err(e) => {
                 if matches!(e, KinesisError::TimedOut) {
-                    self.run.runner.metrics().get_records_timeouts.inc();
+                    self.context.metrics.get_records_timeouts.inc();
                     if polling.page.timed_out() {
                         tracing::info!(shard = %key, limit = polling.page.get(), "GetRecords timed out; asking for smaller pages");
-                        self.run.runner.metrics().page_limit(&shard_label, polling.page.get());
+                        self.context.metrics.page_limit(&shard_label, polling.page.get());
                     }
                 }
                 polling.iterator = Some(current);
@@ -359,15 +362,15 @@ impl ShardReader {
         self.maybe_checkpoint(d, cursor).await?;
         if empty {
             // Interrupted or not, the loop's top checks for a lost lease or a stop request next.
-            self.drive(d, self.wait(Some(Instant::now() + self.run.settings.idle_time))).await?;
+            self.drive(d, self.wait(Some(Instant::now() + self.context.settings.idle_time))).await?;
         }
         Ok(Polled::Read)
     }
 
     /// The unpacker of this shard, read from `cursor`'s start.
     fn unpacker(&self, cursor: &Cursor) -> Unpacker {
-        let label = self.run.held.key().to_string();
-        Unpacker::new(self.run.settings.deaggregate, &cursor.start, self.run.runner.metrics().clone(), label)
+        let label = self.context.held.key().to_string();
+        Unpacker::new(self.context.settings.deaggregate, &cursor.start, self.context.metrics.clone(), label)
     }
 
     /// Hands the records of one read (a GetRecords answer or a fan-out event) to the dispatcher in
@@ -381,20 +384,20 @@ impl ShardReader {
         records: Vec<Record>,
         millis_behind: Option<i64>,
     ) -> Flow<Option<ShardExit>> {
-        let key = self.run.held.key();
+        let key = self.context.held.key();
         if let Some(behind) = millis_behind {
-            self.run.runner.metrics().behind(&key.to_string(), behind);
+            self.context.metrics.behind(&key.to_string(), behind);
         }
-        self.run.held.lag().read(millis_behind);
+        self.context.held.lag().read(millis_behind);
         if d.pending() == 0 {
             // Until the first of them is admitted, the oldest record not finished is this read's first.
-            self.run.held.lag().set_oldest_unfinished(records.first().and_then(|r| r.arrival_ms));
+            self.context.held.lag().set_oldest_unfinished(records.first().and_then(|r| r.arrival_ms));
         }
-        self.run.held.lag().measure(self.run.held.wall_ms());
+        self.context.held.lag().measure(self.context.held.wall_ms());
         let bytes: usize = records.iter().map(|r| r.data.len()).sum();
-        self.run.held.load().delivered(records.len() as u64, bytes as u64);
+        self.context.held.load().delivered(records.len() as u64, bytes as u64);
         let last_fetched = records.last().map(|r| r.sequence_number.clone());
-        let window = self.run.settings.window;
+        let window = self.context.settings.window;
         for record in records {
             if let (Some(window), Some(arrival)) = (window, record.arrival_ms) {
                 if arrival > window.end_ms {
@@ -405,7 +408,7 @@ impl ShardReader {
                 }
                 if arrival < window.start_ms {
                     // A child read from its oldest record holds records from before the window.
-                    self.run.runner.metrics().window_records_before_start.inc();
+                    self.context.metrics.window_records_before_start.inc();
                     continue;
                 }
             }
@@ -415,7 +418,7 @@ impl ShardReader {
                 unpacker.set_range(listed);
             }
             for (record, covers) in unpacker.unpack(record, deaggregated) {
-                if self.run.stop.is_cancelled() {
+                if self.context.stop.is_cancelled() {
                     return self.stopped(d, cursor).await.map(Some);
                 }
                 // Backpressure: the next record is admitted only when the window has room.
@@ -426,9 +429,9 @@ impl ShardReader {
                 let pushed = d.push(record, covers);
                 self.stepped(d, pushed.map(|()| true))?;
                 if window.is_some() {
-                    self.run.runner.metrics().window_records_replayed.inc();
+                    self.context.metrics.window_records_replayed.inc();
                     // Carried into the row by the next checkpoint or renewal (status.window).
-                    self.run.held.replayed(1);
+                    self.context.held.replayed(1);
                 }
             }
         }
@@ -444,12 +447,12 @@ impl ShardReader {
     /// failed describe to back off from. A describe refused for good (no permission) lets the iterator
     /// be taken unchecked, as for rows without a stamp.
     async fn check_incarnation(&self, d: &mut Dispatcher, stream: &str, cursor: &Cursor) -> Flow<RowIncarnation> {
-        let Some(created) = self.run.held.stream_created() else { return Ok(RowIncarnation::Same) };
+        let Some(created) = self.context.held.stream_created() else { return Ok(RowIncarnation::Same) };
         match self.drive(d, self.kinesis.stream_created(stream)).await? {
             Ok(state) if state.created == created => Ok(RowIncarnation::Same),
             Ok(state) => {
                 let now = state.created;
-                tracing::warn!(shard = %self.run.held.key(), row = created, stream = now,
+                tracing::warn!(shard = %self.context.held.key(), row = created, stream = now,
                     "the stream was recreated since the lease was taken; giving the shard up");
                 self.drain(d).await?;
                 let reason = format!("stream recreated (created {now}, the row is about {created})");
@@ -459,7 +462,7 @@ impl ShardReader {
                 Ok(RowIncarnation::Unknown(e))
             }
             Err(e) => {
-                tracing::debug!(shard = %self.run.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
+                tracing::debug!(shard = %self.context.held.key(), error = %e, "cannot describe the stream; iterator taken unchecked");
                 Ok(RowIncarnation::Same)
             }
         }
@@ -471,7 +474,7 @@ impl ShardReader {
         loop {
             let stepped = tokio::select! {
                 biased;
-                _ = self.run.held.lost().cancelled() => return Err(ShardExit::Lost),
+                _ = self.context.held.lost().cancelled() => return Err(ShardExit::Lost),
                 out = &mut work => return Ok(out),
                 stepped = d.step(), if d.is_busy() => stepped,
             };
@@ -483,7 +486,7 @@ impl ShardReader {
     async fn step(&self, d: &mut Dispatcher) -> Flow<()> {
         let stepped = tokio::select! {
             biased;
-            _ = self.run.held.lost().cancelled() => return Err(ShardExit::Lost),
+            _ = self.context.held.lost().cancelled() => return Err(ShardExit::Lost),
             stepped = d.step() => stepped,
         };
         self.stepped(d, stepped)
@@ -493,20 +496,20 @@ impl ShardReader {
     /// watermark (what to checkpoint if this reader has to be abandoned).
     fn stepped(&self, d: &mut Dispatcher, result: Result<bool, Halted>) -> Flow<()> {
         if result.is_err() {
-            self.run.held.mark_lost("deadline passed before processing");
+            self.context.held.mark_lost("deadline passed before processing");
             return Err(ShardExit::Lost);
         }
         if let Some(position) = d.take_advanced() {
-            self.run.held.set_progress(position.clone());
+            self.context.held.set_progress(position.clone());
         }
-        self.run.held.lag().set_oldest_unfinished(d.oldest_pending_arrival());
-        self.run.held.load().busy(d.take_busy());
+        self.context.held.lag().set_oldest_unfinished(d.oldest_pending_arrival());
+        self.context.held.load().busy(d.take_busy());
         Ok(())
     }
 
     /// Checkpoints the done prefix if `checkpointInterval` has passed and it moved.
     async fn maybe_checkpoint(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<()> {
-        if cursor.last_checkpoint.elapsed() < self.run.settings.checkpoint_interval {
+        if cursor.last_checkpoint.elapsed() < self.context.settings.checkpoint_interval {
             return Ok(());
         }
         let position = cursor.position(d);
@@ -519,15 +522,15 @@ impl ShardReader {
                 cursor.last_checkpoint = Instant::now();
             }
             Err(e) if e.is_not_held() => return Err(ShardExit::Lost),
-            Err(e) => tracing::warn!(shard = %self.run.held.key(), error = %e, "checkpoint failed; will retry"),
+            Err(e) => tracing::warn!(shard = %self.context.held.key(), error = %e, "checkpoint failed; will retry"),
         }
         Ok(())
     }
 
     /// Writes a checkpoint through the held lease, counting it once written.
     async fn write_checkpoint(&self, position: &Checkpoint) -> Result<(), LeaseError> {
-        self.run.held.checkpoint(position).await?;
-        self.run.runner.metrics().checkpoints_written.inc();
+        self.context.held.checkpoint(position).await?;
+        self.context.metrics.checkpoints_written.inc();
         Ok(())
     }
 
@@ -550,8 +553,8 @@ impl ShardReader {
     async fn wait(&self, until: Option<Instant>) -> bool {
         let Some(until) = until else { return true };
         tokio::select! {
-            _ = self.run.held.lost().cancelled() => false,
-            _ = self.run.stop.cancelled() => false,
+            _ = self.context.held.lost().cancelled() => false,
+            _ = self.context.stop.cancelled() => false,
             _ = tokio::time::sleep_until(until) => true,
         }
     }
@@ -564,7 +567,7 @@ impl ShardReader {
         failures: &mut impl Iterator<Item = Duration>,
         cursor: &Cursor,
     ) -> Flow<Step> {
-        let key = self.run.held.key();
+        let key = self.context.held.key();
         if let KinesisError::StreamNotFound { .. } = error {
             tracing::error!(shard = %key, error = %error, "stream gone; giving the shard up");
             // Records already admitted finish first, so the release checkpoints as far as possible.
@@ -587,9 +590,9 @@ impl ShardReader {
     /// wall clock stands in for the stream's tip because emulators report `MillisBehindLatest` 0
     /// always; the slack covers records in flight at `end` and clock skew with Kinesis.
     fn tip_passed_window(&self) -> bool {
-        let Some(window) = self.run.settings.window else { return false };
+        let Some(window) = self.context.settings.window else { return false };
         let slack = i64::try_from(window.tip_slack.as_millis()).unwrap_or(i64::MAX);
-        self.run.held.wall_ms() > window.end_ms.saturating_add(slack)
+        self.context.held.wall_ms() > window.end_ms.saturating_add(slack)
     }
 
     /// [`finish`](Self::finish), counted for a window consumer by `reason` (past_end, tip_passed,
@@ -598,8 +601,8 @@ impl ShardReader {
     /// are finished at their first record.
     async fn finish_window(&self, d: &mut Dispatcher, cursor: &Cursor, reason: &str) -> Flow<ShardExit> {
         let exit = self.finish(d, cursor).await?;
-        if self.run.settings.window.is_some() && exit == ShardExit::Ended {
-            self.run.runner.metrics().window_shard_finished(reason);
+        if self.context.settings.window.is_some() && exit == ShardExit::Ended {
+            self.context.metrics.window_shard_finished(reason);
         }
         Ok(exit)
     }
@@ -617,14 +620,14 @@ impl ShardReader {
         loop {
             match self.write_checkpoint(&Checkpoint::ShardEnd).await {
                 Ok(()) => {
-                    tracing::info!(shard = %self.run.held.key(), "shard ended");
+                    tracing::info!(shard = %self.context.held.key(), "shard ended");
                     return Ok(ShardExit::Ended);
                 }
                 Err(e) if e.is_not_held() => return Ok(ShardExit::Lost),
                 Err(e) => {
-                    tracing::warn!(shard = %self.run.held.key(), error = %e, last = %position, "SHARD_END checkpoint failed; retrying");
+                    tracing::warn!(shard = %self.context.held.key(), error = %e, last = %position, "SHARD_END checkpoint failed; retrying");
                     if !self.wait(Some(Instant::now() + Duration::from_millis(500))).await {
-                        if self.run.held.lost().is_cancelled() {
+                        if self.context.held.lost().is_cancelled() {
                             return Ok(ShardExit::Lost);
                         }
                         return Ok(ShardExit::Stopped { last: position });

@@ -210,9 +210,10 @@ impl Producer {
     }
 }
 
-/// When `worker` logged `message` for `shard` (the last time).
-pub fn event_time(worker: &WorkerProcess, message: &str, shard: &str) -> Option<std::time::Instant> {
-    worker.events(message).into_iter().filter(|(_, s)| s == shard).map(|(at, _)| at).max()
+/// When `worker` logged `message` for `shard` (the last time), by the worker's own clock: compare it with
+/// the test's `SystemTime::now()` or another worker's, never with when the test read the line.
+pub fn event_time(worker: &WorkerProcess, message: &str, shard: &str) -> Option<std::time::SystemTime> {
+    worker.events_logged(message).into_iter().filter(|(_, s)| s == shard).map(|(at, _)| at).max()
 }
 
 /// Runs `test` on a runtime of its own, after giving the SDK's default credential chain the test

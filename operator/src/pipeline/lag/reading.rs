@@ -129,19 +129,12 @@ mod tests {
     const MARGIN: Duration = Duration::from_secs(10);
 
     fn lease(shard: &str, owner: Option<&str>, expiry_ms: i64, lag_ms: Option<u64>) -> Lease {
-        Lease {
-            key: LeaseKey::new("orders", shard),
-            owner: owner.map(String::from),
-            expiry_ms: owner.map(|_| expiry_ms),
-            counter: 1,
-            checkpoint: Checkpoint::TrimHorizon,
-            parent_shard_ids: vec![],
-            handoff_to: None,
-            stream_created: None,
-            lag_ms,
-            load: None,
-            window_records: None,
-        }
+        crate::test_rows::row("orders", shard)
+            .owner(owner)
+            .expiry_ms(owner.map(|_| expiry_ms))
+            .counter(1)
+            .lag_ms(lag_ms)
+            .lease()
     }
 
     fn now() -> Timestamp {

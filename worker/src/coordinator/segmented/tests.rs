@@ -5,19 +5,7 @@ use super::*;
 use crate::lease::Checkpoint;
 
 fn lease(shard: &str, owner: Option<&str>, counter: u64) -> Lease {
-    Lease {
-        key: LeaseKey::new("s", shard),
-        owner: owner.map(String::from),
-        expiry_ms: None,
-        counter,
-        checkpoint: Checkpoint::TrimHorizon,
-        parent_shard_ids: vec![],
-        handoff_to: None,
-        stream_created: None,
-        lag_ms: None,
-        load: None,
-        window_records: None,
-    }
+    crate::test_rows::row(shard).owner(owner).counter(counter).lease()
 }
 
 #[test]

@@ -16,8 +16,9 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{Balance, Coordinator, CoordinatorSettings, Mode};
-use crate::dispatch::Runner;
+use crate::dispatch::RecordRunner;
 use crate::lease::{LeaseKey, LeaseSettings, LeaseStore, MemoryLeaseStore, MemoryLeaseTable, ShardLeases};
+use crate::metrics::Metrics;
 use crate::shard::ReaderSettings;
 use stand_ins::{Ignore, PausedClock, Severable, StandInShards};
 
@@ -71,9 +72,10 @@ impl Group {
             cut: AtomicBool::new(false),
             whole_reads: AtomicU64::new(0),
         });
-        let runner = Arc::new(Runner::new(Arc::default()));
+        let metrics: Arc<Metrics> = Arc::default();
+        let runner = Arc::new(RecordRunner::new(metrics.clone()));
         let processors = Arc::new(|_: &LeaseKey| Ignore);
-        let coordinator = Coordinator::new(store.clone(), self.shards.clone(), runner, processors, settings);
+        let coordinator = Coordinator::new(store.clone(), self.shards.clone(), runner, metrics, processors, settings);
         let shutdown = CancellationToken::new();
         let run = tokio::spawn(coordinator.run(shutdown.clone()));
         self.workers.insert(owner.into(), Worker { store, shutdown, run });

@@ -17,7 +17,7 @@ use crate::lease::{
     MemoryLeaseStore, NewLease, PageToken, Result, ShardLeases,
 };
 use crate::processor::{Outputs, ProcessError, Record, ShardProcessor};
-use crate::shard::{ShardExit, ShardRun};
+use crate::shard::{ShardContext, ShardExit};
 
 /// The lease store's clocks read from tokio's (paused) clock, so expiry is judged on the time the test moves.
 #[derive(Debug)]
@@ -261,12 +261,12 @@ impl ShardSource for StandInShards {
         Incarnation::Unknown
     }
 
-    async fn read(&self, run: ShardRun) -> ShardExit {
-        let owner = run.held.latest().owner.unwrap_or_default();
-        let shard = run.held.key().shard_id().to_string();
+    async fn read(&self, context: ShardContext) -> ShardExit {
+        let owner = context.held.latest().owner.unwrap_or_default();
+        let shard = context.held.key().shard_id().to_string();
         let index = {
             let mut readings = self.readings.lock().expect("readings");
-            let start = run.start.clone();
+            let start = context.start.clone();
             readings.push(Reading {
                 owner,
                 shard: shard.clone(),
@@ -278,17 +278,17 @@ impl ShardSource for StandInShards {
             readings.len() - 1
         };
         let exit = if self.ending.contains(&shard) {
-            match run.held.checkpoint(&Checkpoint::ShardEnd).await {
+            match context.held.checkpoint(&Checkpoint::ShardEnd).await {
                 Ok(_) => ShardExit::Ended,
                 Err(_) => ShardExit::Lost,
             }
         } else {
             tokio::select! {
-                _ = run.stop.cancelled() => {
+                _ = context.stop.cancelled() => {
                     let sequence = 1_000 + self.stops.fetch_add(1, Ordering::SeqCst);
                     ShardExit::Stopped { last: Checkpoint::Sequence(sequence.to_string()) }
                 }
-                _ = run.held.lost().cancelled() => ShardExit::Lost,
+                _ = context.held.lost().cancelled() => ShardExit::Lost,
             }
         };
         let mut readings = self.readings.lock().expect("readings");
@@ -298,7 +298,7 @@ impl ShardSource for StandInShards {
             ShardExit::Ended => Some(Checkpoint::ShardEnd),
             ShardExit::Stopped { last } | ShardExit::Failed { last, .. } => Some(last.clone()),
             ShardExit::Lost => {
-                reading.ended = Some(Instant::now().min(run.held.deadline()));
+                reading.ended = Some(Instant::now().min(context.held.deadline()));
                 None
             }
         };

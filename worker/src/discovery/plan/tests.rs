@@ -8,19 +8,7 @@ fn shard(id: &str, parents: &[&str], closed: bool) -> ShardInfo {
 }
 
 fn row(shard: &str, checkpoint: Checkpoint, counter: u64, parents: &[&str]) -> Lease {
-    Lease {
-        key: LeaseKey::new("s", shard),
-        owner: None,
-        expiry_ms: None,
-        counter,
-        checkpoint,
-        parent_shard_ids: parents.iter().map(|p| p.to_string()).collect(),
-        handoff_to: None,
-        stream_created: None,
-        lag_ms: None,
-        load: None,
-        window_records: None,
-    }
+    crate::test_rows::row(shard).checkpoint(checkpoint).counter(counter).parents(parents).lease()
 }
 
 fn created(plan: &SyncPlan) -> Vec<(String, Checkpoint)> {

@@ -105,7 +105,7 @@ impl Outcome {
 }
 
 /// Runs records through a shard's processor under a retry policy; shared by every shard of a worker.
-pub struct Runner {
+pub struct RecordRunner {
     policy: RetryPolicy,
     publisher: Option<Arc<dyn Publisher>>,
     output: Option<(String, Option<String>)>,
@@ -144,9 +144,9 @@ enum Sent {
     Stopped,
 }
 
-impl std::fmt::Debug for Runner {
+impl std::fmt::Debug for RecordRunner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runner").field("policy", &self.policy).field("owner", &self.owner).finish()
+        f.debug_struct("RecordRunner").field("policy", &self.policy).field("owner", &self.owner).finish()
     }
 }
 
@@ -159,7 +159,7 @@ impl Drop for InFlight<'_> {
     }
 }
 
-impl Runner {
+impl RecordRunner {
     /// A runner with the default policy (see `RetryPolicy::default`) and no publisher.
     pub fn new(metrics: Arc<Metrics>) -> Self {
         let stuck_after = ResolvedSpec::default().durations.graceful_timeout;
@@ -241,7 +241,7 @@ impl Runner {
 
     /// Processes `record` with `processor` until it succeeds or the policy disposes of it. A graceful
     /// `stop` interrupts only the waits between attempts (the attempt in progress finishes).
-    pub async fn run(&self, processor: &dyn ShardProcessor, record: &Record, stop: &CancellationToken) -> Outcome {
+    pub async fn process(&self, processor: &dyn ShardProcessor, record: &Record, stop: &CancellationToken) -> Outcome {
         self.metrics.records_in_flight.inc();
         let _in_flight = InFlight(&self.metrics);
         let opened;

@@ -45,11 +45,11 @@ fn record(data: Bytes) -> Record {
 }
 
 /// A runner with the processor it runs.
-struct Bound(Runner, Arc<Failing>);
+struct Bound(RecordRunner, Arc<Failing>);
 
 impl Bound {
     async fn run(&self, record: &Record, stop: &CancellationToken) -> Outcome {
-        self.0.run(self.1.as_ref(), record, stop).await
+        self.0.process(self.1.as_ref(), record, stop).await
     }
 
     fn metrics(&self) -> &Arc<Metrics> {
@@ -68,7 +68,7 @@ fn runner(policy: OnExhausted, retryable: bool) -> (Bound, Arc<Failing>, Arc<Col
         max_requeues: 2,
         ..RetryPolicy::default()
     };
-    let runner = Runner::new(Arc::default()).with_policy(policy).with_publisher(sink.clone());
+    let runner = RecordRunner::new(Arc::default()).with_policy(policy).with_publisher(sink.clone());
     (Bound(runner, failing.clone()), failing, sink)
 }
 

@@ -83,7 +83,7 @@ impl Worker {
         let processor = Arc::new(Fixable { broken: AtomicBool::new(true), done: Mutex::default() });
         let metrics = Arc::new(Metrics::default());
         let shutdown = CancellationToken::new();
-        let task = tokio::spawn(runtime::run(runtime::Worker {
+        let task = tokio::spawn(runtime::run_worker(runtime::Worker {
             config,
             owner: "redrive-worker".into(),
             processors: Arc::new(shared(processor.clone())),

@@ -105,9 +105,6 @@ pub async fn run_worker(worker: Worker) -> Result<(), RuntimeError> {
     run_taking_notices(worker, None).await
 }
 
-/// The former name of [`run_worker`], kept while callers outside this crate move to it.
-pub use run_worker as run;
-
 /// [`run_worker`], taking handoff notices from `inbox` (whose route the caller serves at the address the
 /// inbox advertises): peers that shut down tell this worker at once which rows they freed for it.
 pub(crate) async fn run_taking_notices(worker: Worker, inbox: Option<HandoffInbox>) -> Result<(), RuntimeError> {

@@ -26,7 +26,11 @@ figure is records/s from the first child's start to the last record: fetching an
 without the consumers' different start-up. Samples utime+stime and RSS of the consumer's whole process
 tree (JVM or worker, plus the python children) and of the consumer process alone every 100 ms. Prints one
 JSON line per run; `both` alternates java and worker, `all` java, worker and worker-batched, for --rounds
-rounds, and prints each round's ratios (worker / java) last. Needs boto3, the emulators
+rounds, and prints each round's ratios (worker / java) last. Each run also reports kinesalite's CPU over
+the same span (`emulator_cpu_s_backlog`, and `emulator_busy`: that CPU over the span, near 1 when the
+emulator's one thread set the pace); `--emulator-ceiling` first measures how fast kinesalite can serve the
+same backlog to a plain GetRecords loop (`ceiling_records_per_s`) and prints it over the Java KCL's
+records/s: the highest ratio any consumer could reach on this machine. Needs boto3, the emulators
 (tests/ground/emulators.sh start), tests/ground/kcl-java.sh install for `java`, and a release
 leasehold-worker (LEASEHOLD_WORKER_BIN) for the workers; kcl-bench.sh sets all that up.
 
@@ -47,10 +51,22 @@ TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
-def endpoints():
+def emulators():
     out = subprocess.run([os.path.join(HERE, "emulators.sh"), "status"], capture_output=True, text=True).stdout
-    env = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    return dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+
+
+def endpoints():
+    env = emulators()
     return env["LEASEHOLD_KINESIS_ENDPOINT"], env["LEASEHOLD_DYNAMODB_ENDPOINT"]
+
+
+def kinesalite_cpu():
+    """kinesalite's utime+stime seconds: one Node thread serves every GetRecords, so the CPU it spends
+    over a run against the run's length tells whether the emulator, not the consumer, set the pace."""
+    seen = {}
+    sample([emulators().get("KINESALITE_PID", "0")], seen)
+    return sum(seen.values())
 
 
 def tree(root):
@@ -197,12 +213,14 @@ def run(consumer, records, shards, timeout):
         if first_child is None and os.listdir(counts):
             first_child = now
             cpu_at_first_child, own_cpu_at_first_child = sum(cpu.values()), sum(own_cpu.values())
+            emulator_at_first_child = kinesalite_cpu()
         if n and first is None:
             first = now
         if n >= records or proc.poll() is not None or now - t0 > timeout:
             break
         time.sleep(0.1)
     done = time.monotonic()
+    emulator_at_done = kinesalite_cpu()
     peak = max(peak, sample(tree(proc.pid), cpu))
     own_peak = max(own_peak, sample([proc.pid], own_cpu))
     ok = n >= records
@@ -227,6 +245,11 @@ def run(consumer, records, shards, timeout):
         # From the first child's start to the last record: the backlog's cost without start-up.
         "cpu_s_tree_backlog": round(sum(cpu.values()) - cpu_at_first_child, 2) if first_child else None,
         "cpu_s_consumer_backlog": round(sum(own_cpu.values()) - own_cpu_at_first_child, 2) if first_child else None,
+        # kinesalite's CPU over the same span, and that over the span: near 1, the emulator's one thread
+        # was busy the whole time and records/s is its ceiling, whatever the consumer does.
+        "emulator_cpu_s_backlog": round(emulator_at_done - emulator_at_first_child, 2) if first_child else None,
+        "emulator_busy": round((emulator_at_done - emulator_at_first_child) / span, 2) if span else None,
+        "load_average_1m": round(os.getloadavg()[0], 1),
         "processes_seen": len(cpu),
         "peak_rss_mib_tree": round(peak / 2**20, 1), "peak_rss_mib_consumer": round(own_peak / 2**20, 1),
         "log": log.name,
@@ -236,6 +259,35 @@ def run(consumer, records, shards, timeout):
         with open(log.name, "rb") as f:
             sys.stderr.write(f.read()[-6000:].decode(errors="replace"))
     return result
+
+def emulator_ceiling(records, shards):
+    """The emulator's own ceiling: kinesalite's CPU to serve the same backlog to a plain GetRecords loop
+    (pages of 10,000, one shard after another). Its one thread cannot serve faster than records over
+    that CPU, so no consumer's records/s can pass it on this machine."""
+    kin_ep, _ = endpoints()
+    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
+    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
+    name = f"kclbench-emulator-{uuid.uuid4().hex[:8]}"
+    kinesis.create_stream(StreamName=name, ShardCount=shards)
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    for i in range(0, records, 500):
+        batch = [{"Data": b"x" * 100, "PartitionKey": f"key-{j}"} for j in range(i, min(i + 500, records))]
+        kinesis.put_records(StreamName=name, Records=batch)
+    before, read = kinesalite_cpu(), 0
+    for shard in kinesis.list_shards(StreamName=name)["Shards"]:
+        iterator = kinesis.get_shard_iterator(StreamName=name, ShardId=shard["ShardId"],
+                                              ShardIteratorType="TRIM_HORIZON")["ShardIterator"]
+        while iterator:
+            page = kinesis.get_records(ShardIterator=iterator, Limit=10000)
+            read += len(page["Records"])
+            iterator = page.get("NextShardIterator") if page["Records"] else None
+    cpu = kinesalite_cpu() - before
+    kinesis.delete_stream(StreamName=name)
+    result = {"emulator": "kinesalite", "records": read, "emulator_get_records_cpu_s": round(cpu, 2),
+              "ceiling_records_per_s": round(read / cpu, 1) if cpu else None}
+    print(json.dumps(result), flush=True)
+    return result
+
 
 def trickle(kinesis, name, rate):
     """Writes `rate` records/s (random keys, so every shard gets some) to `name` until the returned
@@ -439,6 +491,8 @@ def main():
                     help="instead of throughput: a second consumer joins one holding 4 shards, TRIALS times")
     ap.add_argument("--trickle", type=int, metavar="RECORDS_PER_S", default=0,
                     help="with --failover/--handoff/--join: write this many records/s to the stream meanwhile")
+    ap.add_argument("--emulator-ceiling", action="store_true",
+                    help="with throughput rounds: first measure kinesalite's own ceiling (a plain GetRecords loop)")
     a = ap.parse_args()
     consumers = a.consumer
     for mode, trials, figure, trial in (("failover", a.failover, "failover_s", lambda c: failover(c, a.timeout, rate=a.trickle)),
@@ -458,6 +512,7 @@ def main():
         return
     failed = False
     for _ in range(a.rounds):
+        ceiling = emulator_ceiling(a.records, a.shards) if a.emulator_ceiling else None
         results = {c: run(c, a.records, a.shards, a.timeout) for c in consumers}
         failed |= not all(r["ok"] for r in results.values())
         for base in ("java", "java3"):
@@ -472,6 +527,11 @@ def main():
                     for key in ["records_per_s", "cpu_s_tree", "cpu_s_tree_backlog", "cpu_s_consumer_backlog",
                                 "peak_rss_mib_tree", "peak_rss_mib_consumer"]
                 }}), flush=True)
+            if ceiling and ceiling["ceiling_records_per_s"]:
+                # The most any consumer could reach over this baseline here: below 2, a 2x target for the
+                # worker cannot be met on this machine with kinesalite, whatever the worker does.
+                print(json.dumps({f"emulator_ceiling_over_{base}":
+                                  round(ceiling["ceiling_records_per_s"] / j["records_per_s"], 2)}), flush=True)
     sys.exit(1 if failed else 0)
 
 

@@ -14,14 +14,14 @@ use clap::{ArgGroup, Args};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
-use crate::describe::{State, state};
-use crate::error::{CliError, Result};
-use crate::output::{Format, columns, structured};
-use crate::positions::Positions;
-use crate::rows::{RowWrite, write_rows};
-use crate::shards::{self, Shard};
-use crate::table::{Snapshot, read, read_quiet};
-use crate::target::{Target, TargetArgs, resolve};
+use crate::commands::describe::{State, state};
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, columns, structured};
+use crate::shared::positions::Positions;
+use crate::shared::rows::{RowWrite, write_rows};
+use crate::shared::shards::{self, Shard};
+use crate::shared::snapshot::{Snapshot, read, read_quiet};
+use crate::shared::target::{Target, TargetArgs, resolve};
 
 /// Arguments of `reset`.
 #[derive(Args, Debug)]
@@ -177,7 +177,9 @@ fn mode(args: &ResetArgs) -> Result<Option<Mode>> {
     }
     if let Some(back) = args.by_duration {
         let back_ms = i64::try_from(back.as_millis()).unwrap_or(i64::MAX);
-        return Ok(Some(Mode::Rewind(Checkpoint::AtTimestamp(crate::table::now_ms().saturating_sub(back_ms)))));
+        return Ok(Some(Mode::Rewind(Checkpoint::AtTimestamp(
+            crate::shared::snapshot::now_ms().saturating_sub(back_ms),
+        ))));
     }
     if !args.to_sequence.is_empty() {
         let mut explicit = Vec::new();

@@ -34,10 +34,10 @@ use leasehold_worker::internals::lease::term_key;
 use leasehold_worker::lease::{LeaseError, LeaseKey, Progress, ProgressRows};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CliError, Result};
-use crate::output::{Format, columns, structured};
-use crate::table::now_ms;
-use crate::target::{Target, TargetArgs, resolve};
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, columns, structured};
+use crate::shared::snapshot::now_ms;
+use crate::shared::target::{Target, TargetArgs, resolve};
 
 /// The tag a redriven S3 letter gets (its value: when, Unix milliseconds).
 pub const REDRIVEN_TAG: &str = "leasehold.io/redriven";
@@ -661,7 +661,7 @@ async fn post_event(target: &Target, outcome: &Outcome) {
         outcome.put,
         from.join(", ")
     );
-    crate::target::post_event(target, "Redriven", "Redrive", note).await;
+    crate::shared::target::post_event(target, "Redriven", "Redrive", note).await;
 }
 
 /// Marks every copy of `record` redriven after its put.
@@ -802,7 +802,7 @@ fn take(run: &mut Run<'_>, pending: Pending) {
 async fn read_stream(run: &mut Run<'_>, stream: &str, marks: &mut BTreeMap<String, StreamMark>) -> Result<()> {
     let kinesis = run.target.kinesis.clone();
     let failed = |e: String| CliError::Service(format!("reading dead-letter stream {stream}: {e}"));
-    let shards = crate::shards::list(&kinesis, stream).await.map_err(|e| match e {
+    let shards = crate::shared::shards::list(&kinesis, stream).await.map_err(|e| match e {
         CliError::NotFound(_) => CliError::NotFound(format!("dead-letter stream {stream} does not exist")),
         other => other,
     })?;

@@ -1,5 +1,5 @@
 //! `leasehold drain CONSUMER WORKER`: empty one worker without stopping it. The command marks the
-//! worker's membership row draining (see [`crate::draining`]): the worker's share drops to 0, it takes
+//! worker's membership row draining (see [`mark`](mod@mark)): the worker's share drops to 0, it takes
 //! no lease, and it hands every lease it holds to whichever live worker asks, through the lease rows'
 //! handoff requests (`handoff_to`; the holder finishes its records, checkpoints and hands over in one
 //! write, so nothing is processed twice). The others leave it out of their fair shares and ask for its
@@ -20,11 +20,13 @@ use kube::Api;
 use leasehold_worker::lease::{GroupRows, Lease, ShardLeases};
 use serde::Serialize;
 
-use crate::draining::{mark, unmark};
-use crate::error::{CliError, Result};
-use crate::output::{Format, structured};
-use crate::table::{MemberRow, Snapshot, now_ms, read};
-use crate::target::{Target, TargetArgs, kube_client, resolve};
+pub mod mark;
+
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, structured};
+use crate::shared::snapshot::{MemberRow, Snapshot, now_ms, read};
+use crate::shared::target::{Target, TargetArgs, kube_client, resolve};
+use mark::{mark, unmark};
 
 /// Arguments of `drain`.
 #[derive(Args, Debug)]
@@ -183,7 +185,7 @@ fn count_toward(load: &mut BTreeMap<&str, usize>, worker: &str) {
 
 /// Deletes the worker's pod (the consumer's namespace).
 async fn delete_pod(target: &Target, worker: &str) -> Result<String> {
-    let (ns, _) = crate::needs_resource(target, "--delete-pod")?;
+    let (ns, _) = crate::shared::target::needs_resource(target, "--delete-pod")?;
     let pods: Api<Pod> = Api::namespaced(kube_client().await?, &ns);
     pods.delete(worker, &Default::default()).await?;
     Ok(ns)
@@ -198,7 +200,7 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         return cancel(&target, worker, format).await;
     }
     if args.delete_pod {
-        crate::needs_resource(&target, "--delete-pod")?;
+        crate::shared::target::needs_resource(&target, "--delete-pod")?;
     }
     let snapshot = read(&target).await?;
     let now = now_ms();

@@ -28,12 +28,12 @@ use leasehold_worker::internals::kpl::{Opened, open};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
-use crate::error::{CliError, Result, sdk_message};
-use crate::output::{Format, columns, structured};
-use crate::rows::{RowWrite, write_rows};
-use crate::shards::{self, Shard};
-use crate::table::read_quiet;
-use crate::target::{Target, TargetArgs, resolve};
+use crate::shared::error::{CliError, Result, sdk_message};
+use crate::shared::output::{Format, columns, structured};
+use crate::shared::rows::{RowWrite, write_rows};
+use crate::shared::shards::{self, Shard};
+use crate::shared::snapshot::read_quiet;
+use crate::shared::target::{Target, TargetArgs, resolve};
 
 /// Arguments of `import-kcl`.
 #[derive(Args, Debug)]
@@ -446,7 +446,7 @@ pub async fn run(args: &ImportArgs, format: Format) -> Result<()> {
     let snapshot = if args.execute {
         read_quiet(&target, target.lease_duration, how).await?
     } else {
-        crate::table::read(&target).await?
+        crate::shared::snapshot::read(&target).await?
     };
     let rows: HashMap<LeaseKey, &Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
     let mut imports = Vec::new();

@@ -3,30 +3,18 @@
 //! KCL lease table, redrive dead letters and replay a window of the past. It reaches AWS and
 //! Kubernetes with the worker's and operator's own clients.
 
-pub mod describe;
-pub mod drain;
-pub mod draining;
-pub mod error;
-pub mod kcl;
-pub mod output;
-pub mod pause;
-pub mod positions;
-pub mod redrive;
-pub mod replay;
-pub mod reset;
-pub mod rows;
-pub mod shards;
-pub mod table;
-pub mod target;
+pub mod commands;
+pub mod shared;
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-use error::{CliError, EXIT_CODES_HELP, Result};
-use output::Format;
-use target::TargetArgs;
+use commands::{describe, drain, kcl, pause, redrive, replay, reset};
+use shared::error::{EXIT_CODES_HELP, Result};
+use shared::output::Format;
+use shared::target::{self, TargetArgs};
 
 /// Day-2 tool for Leasehold consumers: describe, reset, pause/resume, drain, import from the Java KCL,
 /// redrive dead letters, replay a window.
@@ -142,14 +130,6 @@ pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{text:?} is not a duration like 30s, 15m or 2h: {e}"))
 }
 
-/// Refuses a command that needs Kubernetes when the consumer was given as `--table`.
-pub fn needs_resource(target: &target::Target, what: &str) -> Result<(String, String)> {
-    target
-        .resource
-        .clone()
-        .ok_or_else(|| CliError::Usage(format!("{what} needs a StreamConsumer (namespace/name), not a bare --table")))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,7 +145,7 @@ mod tests {
              ## Exit codes\n\nEvery command exits with one of these (its `--help` lists them too).\n\n{}",
             generated_note("the CLI's clap definitions (`cli/src`)"),
             command_markdown(&Cli::command(), 2),
-            exit_codes_markdown(error::EXIT_CODES)
+            exit_codes_markdown(shared::error::EXIT_CODES)
         )
     }
 
@@ -184,7 +164,7 @@ mod tests {
             assert!(page.contains(&format!("## `leasehold {}`", sub.get_name())), "{} missing", sub.get_name());
             assert!(sub.get_about().is_some(), "{} has no doc comment", sub.get_name());
         }
-        for (code, _) in error::EXIT_CODES {
+        for (code, _) in shared::error::EXIT_CODES {
             assert!(page.contains(&format!("| {code} |")), "exit code {code} missing");
         }
     }

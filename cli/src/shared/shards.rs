@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use leasehold_worker::aws::kinesis::{self, KinesisError, StreamRef};
 
-use crate::error::{CliError, Result};
+use crate::shared::error::{CliError, Result};
 
 /// One shard as listed (the shared listing's type: id, parents, closed, hash keys).
 pub use kinesis::ShardInfo as Shard;

@@ -3,7 +3,7 @@
 
 use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, Lease, LeaseKey, NewLease, ShardLeases};
 
-use crate::error::{CliError, Result};
+use crate::shared::error::{CliError, Result};
 
 /// One row to write.
 #[derive(Debug, Clone)]

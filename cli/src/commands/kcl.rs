@@ -28,12 +28,12 @@ use leasehold_worker::internals::kpl::{Opened, open};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
-use crate::error::{CliError, Result, sdk_message};
-use crate::output::{Format, columns, structured};
-use crate::rows::{RowWrite, write_rows};
-use crate::shards::{self, Shard};
-use crate::table::read_quiet;
-use crate::target::{Target, TargetArgs, resolve};
+use crate::shared::error::{CliError, Result, sdk_message};
+use crate::shared::output::{Format, columns, structured};
+use crate::shared::rows::{RowWrite, write_rows};
+use crate::shared::shards::{self, Shard};
+use crate::shared::snapshot::read_quiet;
+use crate::shared::target::{Target, TargetArgs, resolve};
 
 /// Arguments of `import-kcl`.
 #[derive(Args, Debug)]
@@ -386,22 +386,74 @@ async fn kcl_alive(
     Ok(alive)
 }
 
-/// Runs `import-kcl`.
+/// Runs `import-kcl`: read the KCL table, group its leases by stream, refuse while either group is
+/// alive, plan one import per listed shard (parents first), write them with `--execute`, print.
 pub async fn run(args: &ImportArgs, format: Format) -> Result<()> {
     let target = resolve(&args.target).await?;
-    let kcl_dynamodb = match &args.from_dynamodb_endpoint {
+    let kcl_dynamodb = kcl_client(args, &target).await;
+    let kcl = read_kcl(&kcl_dynamodb, &args.from).await?;
+    if kcl.leases.is_empty() {
+        return Err(CliError::NotFound(format!("KCL table {} holds no lease rows", args.from)));
+    }
+    let by_stream = by_stream(args, &target, &kcl)?;
+    // The KCL application must be stopped, then the consumer's own workers too.
+    if args.execute && !args.force {
+        let alive = kcl_alive(&kcl_dynamodb, &args.from, &kcl, args.watch).await?;
+        if !alive.is_empty() {
+            return Err(CliError::Refused(format!(
+                "refused: the KCL application still holds leases in {} (owners {}): stop it first, or pass --force",
+                args.from,
+                alive.join(", ")
+            )));
+        }
+    }
+    let how = "Stop them before importing: the import only writes while the group is empty.";
+    let snapshot = if args.execute {
+        read_quiet(&target, target.lease_duration, how).await?
+    } else {
+        crate::shared::snapshot::read(&target).await?
+    };
+    let rows: HashMap<LeaseKey, &Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
+    let mut imports = Vec::new();
+    let mut unlisted = Vec::new();
+    for (stream, leases) in &by_stream {
+        let (stream_imports, stream_unlisted) = plan_stream(args, &target, stream, leases, &rows).await?;
+        imports.extend(stream_imports);
+        unlisted.extend(stream_unlisted);
+    }
+    let mut report = Report {
+        from: args.from.clone(),
+        table: target.table.clone(),
+        dry_run: !args.execute,
+        imports,
+        skipped: kcl.skipped,
+        unlisted,
+        written: Vec::new(),
+    };
+    if args.execute {
+        report.written = write(&target, &report.imports).await?;
+    }
+    if !structured(format, &report)? {
+        print!("{}", render(&report));
+    }
+    Ok(())
+}
+
+/// The client that reads the KCL table: the consumer's, or one at `--from-dynamodb-endpoint`.
+async fn kcl_client(args: &ImportArgs, target: &Target) -> aws_sdk_dynamodb::Client {
+    match &args.from_dynamodb_endpoint {
         Some(endpoint) => {
             let mut aws = target.aws.clone();
             aws.dynamodb_endpoint = Some(endpoint.clone());
             dynamodb_client(&sdk_config(&aws).await, &aws)
         }
         None => target.dynamodb.clone(),
-    };
-    let kcl = read_kcl(&kcl_dynamodb, &args.from).await?;
-    if kcl.leases.is_empty() {
-        return Err(CliError::NotFound(format!("KCL table {} holds no lease rows", args.from)));
     }
-    // Which stream each row is about.
+}
+
+/// The KCL leases by the stream each is about (a single-stream application's rows name none: the
+/// stream is `--kcl-stream`'s or the consumer's only one); refused when a stream is not the consumer's.
+fn by_stream<'a>(args: &ImportArgs, target: &Target, kcl: &'a KclTable) -> Result<BTreeMap<String, Vec<&'a KclLease>>> {
     let single_stream = match (&args.kcl_stream, target.streams.as_slice()) {
         (Some(stream), _) => Some(stream.clone()),
         (None, [only]) => Some(only.clone()),
@@ -431,132 +483,113 @@ pub async fn run(args: &ImportArgs, format: Format) -> Result<()> {
             target.streams.join(", ")
         )));
     }
-    // The KCL application must be stopped, then the consumer's own workers too.
-    if args.execute && !args.force {
-        let alive = kcl_alive(&kcl_dynamodb, &args.from, &kcl, args.watch).await?;
-        if !alive.is_empty() {
-            return Err(CliError::Refused(format!(
-                "refused: the KCL application still holds leases in {} (owners {}): stop it first, or pass --force",
-                args.from,
-                alive.join(", ")
-            )));
-        }
+    Ok(by_stream)
+}
+
+/// Plans the imports of one stream's KCL leases, parents first, and the keys of those of shards no
+/// longer listed: refused when the table is about an earlier stream of that name or another stream.
+async fn plan_stream(
+    args: &ImportArgs,
+    target: &Target,
+    stream: &str,
+    leases: &[&KclLease],
+    rows: &HashMap<LeaseKey, &Lease>,
+) -> Result<(Vec<Import>, Vec<String>)> {
+    let listing: Vec<Shard> = shards::list(&target.kinesis, stream).await?;
+    let epochs: Vec<i64> = leases.iter().filter_map(|l| l.creation_epoch).collect();
+    if let Some(epoch) = epochs.first()
+        && let Some(created) = created_epoch(&target.kinesis, stream).await?
+        && created != *epoch
+    {
+        return Err(CliError::NotFound(format!(
+            "KCL table {} is about an earlier stream named {stream} (created at epoch {epoch}; the stream now was created at {created})",
+            args.from
+        )));
     }
-    let how = "Stop them before importing: the import only writes while the group is empty.";
-    let snapshot = if args.execute {
-        read_quiet(&target, target.lease_duration, how).await?
+    let listed: HashMap<&str, &Shard> = listing.iter().map(|s| (s.id.as_str(), s)).collect();
+    if leases.iter().all(|l| !listed.contains_key(l.shard.as_str())) {
+        return Err(CliError::NotFound(format!(
+            "KCL table {} is not about stream {stream}: none of its shards ({}) is a shard of {stream}",
+            args.from,
+            leases.iter().map(|l| l.shard.as_str()).collect::<Vec<_>>().join(", ")
+        )));
+    }
+    let order: HashMap<&str, usize> =
+        shards::parents_first(&listing).iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
+    let mut leases: Vec<&&KclLease> = leases.iter().collect();
+    leases.sort_by_key(|l| order.get(l.shard.as_str()).copied().unwrap_or(usize::MAX));
+    let (mut imports, mut unlisted) = (Vec::new(), Vec::new());
+    for lease in leases {
+        let Some(shard) = listed.get(lease.shard.as_str()) else {
+            unlisted.push(lease.lease_key.clone());
+            continue;
+        };
+        let (checkpoint, note) = translate(target, stream, lease, args.force).await?;
+        let key = LeaseKey::new(stream, lease.shard.as_str());
+        let seen = rows.get(&key).map(|l| (*l).clone());
+        let parents = if lease.parents.is_empty() { shard.parents.clone() } else { lease.parents.clone() };
+        imports.push(Import {
+            kcl_key: lease.lease_key.clone(),
+            stream: stream.to_string(),
+            shard: lease.shard.clone(),
+            kcl_checkpoint: if lease.sub_sequence > 0 {
+                format!("{}/{}", lease.checkpoint, lease.sub_sequence)
+            } else {
+                lease.checkpoint.clone()
+            },
+            before: seen.as_ref().map(|l| text(&l.checkpoint)),
+            after: text(&checkpoint),
+            note,
+            seen,
+            checkpoint,
+            parents,
+        });
+    }
+    Ok((imports, unlisted))
+}
+
+/// The report as a table for people, with what was skipped and what was (or would be) written.
+fn render(report: &Report) -> String {
+    let rows: Vec<Vec<String>> = report
+        .imports
+        .iter()
+        .map(|i| {
+            vec![
+                i.kcl_key.clone(),
+                i.stream.clone(),
+                i.shard.clone(),
+                i.kcl_checkpoint.clone(),
+                "->".into(),
+                i.after.clone(),
+                i.before.clone().unwrap_or_else(|| "(no row)".into()),
+                i.note.clone(),
+            ]
+        })
+        .collect();
+    let mut out = columns(&["KCL LEASE", "STREAM", "SHARD", "KCL CHECKPOINT", "", "AFTER", "WAS", "NOTE"], &rows);
+    if !report.skipped.is_empty() {
+        out.push_str(&format!(
+            "skipped {} KCL row(s) that are not leases: {}\n",
+            report.skipped.len(),
+            report.skipped.join(", ")
+        ));
+    }
+    if !report.unlisted.is_empty() {
+        out.push_str(&format!(
+            "skipped {} KCL lease(s) of shards no longer listed: {}\n",
+            report.unlisted.len(),
+            report.unlisted.join(", ")
+        ));
+    }
+    if report.dry_run {
+        out.push_str(&format!(
+            "dry run: {} checkpoint(s) would be imported; nothing written. Add --execute to apply.\n",
+            report.imports.len()
+        ));
     } else {
-        crate::table::read(&target).await?
-    };
-    let rows: HashMap<LeaseKey, &Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
-    let mut imports = Vec::new();
-    let mut unlisted = Vec::new();
-    for (stream, leases) in &by_stream {
-        let listing: Vec<Shard> = shards::list(&target.kinesis, stream).await?;
-        let epochs: Vec<i64> = leases.iter().filter_map(|l| l.creation_epoch).collect();
-        if let Some(epoch) = epochs.first()
-            && let Some(created) = created_epoch(&target.kinesis, stream).await?
-            && created != *epoch
-        {
-            return Err(CliError::NotFound(format!(
-                "KCL table {} is about an earlier stream named {stream} (created at epoch {epoch}; the stream now was created at {created})",
-                args.from
-            )));
-        }
-        let listed: HashMap<&str, &Shard> = listing.iter().map(|s| (s.id.as_str(), s)).collect();
-        if leases.iter().all(|l| !listed.contains_key(l.shard.as_str())) {
-            return Err(CliError::NotFound(format!(
-                "KCL table {} is not about stream {stream}: none of its shards ({}) is a shard of {stream}",
-                args.from,
-                leases.iter().map(|l| l.shard.as_str()).collect::<Vec<_>>().join(", ")
-            )));
-        }
-        let order: HashMap<&str, usize> =
-            shards::parents_first(&listing).iter().enumerate().map(|(i, s)| (s.id.as_str(), i)).collect();
-        let mut leases: Vec<&&KclLease> = leases.iter().collect();
-        leases.sort_by_key(|l| order.get(l.shard.as_str()).copied().unwrap_or(usize::MAX));
-        for lease in leases {
-            let Some(shard) = listed.get(lease.shard.as_str()) else {
-                unlisted.push(lease.lease_key.clone());
-                continue;
-            };
-            let (checkpoint, note) = translate(&target, stream, lease, args.force).await?;
-            let key = LeaseKey::new(stream.as_str(), lease.shard.as_str());
-            let seen = rows.get(&key).map(|l| (*l).clone());
-            let parents = if lease.parents.is_empty() { shard.parents.clone() } else { lease.parents.clone() };
-            imports.push(Import {
-                kcl_key: lease.lease_key.clone(),
-                stream: stream.clone(),
-                shard: lease.shard.clone(),
-                kcl_checkpoint: if lease.sub_sequence > 0 {
-                    format!("{}/{}", lease.checkpoint, lease.sub_sequence)
-                } else {
-                    lease.checkpoint.clone()
-                },
-                before: seen.as_ref().map(|l| text(&l.checkpoint)),
-                after: text(&checkpoint),
-                note,
-                seen,
-                checkpoint,
-                parents,
-            });
-        }
+        out.push_str(&format!("{} checkpoint(s) imported.\n", report.written.len()));
     }
-    let mut report = Report {
-        from: args.from.clone(),
-        table: target.table.clone(),
-        dry_run: !args.execute,
-        imports,
-        skipped: kcl.skipped,
-        unlisted,
-        written: Vec::new(),
-    };
-    if args.execute {
-        report.written = write(&target, &report.imports).await?;
-    }
-    if !structured(format, &report)? {
-        let rows: Vec<Vec<String>> = report
-            .imports
-            .iter()
-            .map(|i| {
-                vec![
-                    i.kcl_key.clone(),
-                    i.stream.clone(),
-                    i.shard.clone(),
-                    i.kcl_checkpoint.clone(),
-                    "->".into(),
-                    i.after.clone(),
-                    i.before.clone().unwrap_or_else(|| "(no row)".into()),
-                    i.note.clone(),
-                ]
-            })
-            .collect();
-        let mut out = columns(&["KCL LEASE", "STREAM", "SHARD", "KCL CHECKPOINT", "", "AFTER", "WAS", "NOTE"], &rows);
-        if !report.skipped.is_empty() {
-            out.push_str(&format!(
-                "skipped {} KCL row(s) that are not leases: {}\n",
-                report.skipped.len(),
-                report.skipped.join(", ")
-            ));
-        }
-        if !report.unlisted.is_empty() {
-            out.push_str(&format!(
-                "skipped {} KCL lease(s) of shards no longer listed: {}\n",
-                report.unlisted.len(),
-                report.unlisted.join(", ")
-            ));
-        }
-        if report.dry_run {
-            out.push_str(&format!(
-                "dry run: {} checkpoint(s) would be imported; nothing written. Add --execute to apply.\n",
-                report.imports.len()
-            ));
-        } else {
-            out.push_str(&format!("{} checkpoint(s) imported.\n", report.written.len()));
-        }
-        print!("{out}");
-    }
-    Ok(())
+    out
 }
 
 /// Writes the imports, parents first, each conditioned on the row as read.

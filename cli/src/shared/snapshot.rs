@@ -6,8 +6,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use leasehold_worker::lease::{Lease, LeaseStore, Malformed, Member};
 
-use crate::error::{CliError, Result};
-use crate::target::Target;
+use crate::shared::error::{CliError, Result};
+use crate::shared::target::Target;
 
 /// A membership row as read: the lease crate's own [`Member`] (its `fresh` judges the heartbeat's
 /// expiry on this machine's wall clock).

@@ -7,8 +7,8 @@
 
 use leasehold_worker::lease::{GroupRows, LeaseError};
 
-use crate::error::{CliError, Result};
-use crate::target::Target;
+use crate::shared::error::{CliError, Result};
+use crate::shared::target::Target;
 
 /// Marks `worker` draining, if its membership row exists (it is a member) and is not marked yet;
 /// false when it already was.

@@ -6,10 +6,10 @@ use std::time::Duration;
 use leasehold_worker::lease::{Lease, LeaseKey};
 use serde::Serialize;
 
-use crate::error::Result;
-use crate::output::{Format, bold, colour, columns, structured};
-use crate::table::{Snapshot, now_ms, read};
-use crate::target::Target;
+use crate::shared::error::Result;
+use crate::shared::output::{Format, bold, colour, columns, structured};
+use crate::shared::snapshot::{Snapshot, now_ms, read};
+use crate::shared::target::Target;
 
 /// What a shard's row says about it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

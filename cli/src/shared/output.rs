@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use clap::ValueEnum;
 use serde::Serialize;
 
-use crate::error::{CliError, Result};
+use crate::shared::error::{CliError, Result};
 
 /// How results are printed.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]

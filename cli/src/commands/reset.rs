@@ -14,14 +14,14 @@ use clap::{ArgGroup, Args};
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::Serialize;
 
-use crate::describe::{State, state};
-use crate::error::{CliError, Result};
-use crate::output::{Format, columns, structured};
-use crate::positions::Positions;
-use crate::rows::{RowWrite, write_rows};
-use crate::shards::{self, Shard};
-use crate::table::{Snapshot, read, read_quiet};
-use crate::target::{Target, TargetArgs, resolve};
+use crate::commands::describe::{State, state};
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, columns, structured};
+use crate::shared::positions::Positions;
+use crate::shared::rows::{RowWrite, write_rows};
+use crate::shared::shards::{self, Shard};
+use crate::shared::snapshot::{Snapshot, read, read_quiet};
+use crate::shared::target::{Target, TargetArgs, resolve};
 
 /// Arguments of `reset`.
 #[derive(Args, Debug)]
@@ -177,7 +177,9 @@ fn mode(args: &ResetArgs) -> Result<Option<Mode>> {
     }
     if let Some(back) = args.by_duration {
         let back_ms = i64::try_from(back.as_millis()).unwrap_or(i64::MAX);
-        return Ok(Some(Mode::Rewind(Checkpoint::AtTimestamp(crate::table::now_ms().saturating_sub(back_ms)))));
+        return Ok(Some(Mode::Rewind(Checkpoint::AtTimestamp(
+            crate::shared::snapshot::now_ms().saturating_sub(back_ms),
+        ))));
     }
     if !args.to_sequence.is_empty() {
         let mut explicit = Vec::new();
@@ -225,6 +227,9 @@ fn scope(target: &Target, args: &ResetArgs, snapshot: &Snapshot) -> Scope {
     Scope { streams, shards: args.shards.clone() }
 }
 
+/// The rows of the table as read, by key.
+type Rows<'a> = HashMap<LeaseKey, &'a Lease>;
+
 /// Plans the changes of `mode` over `snapshot` and the streams' listings.
 fn plan(
     mode: &Mode,
@@ -232,8 +237,26 @@ fn plan(
     snapshot: &Snapshot,
     listings: &BTreeMap<String, Vec<Shard>>,
 ) -> Result<Vec<Change>> {
-    let rows: HashMap<LeaseKey, &Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
-    // Every shard named by --shards must exist somewhere: a typo must not pass as "nothing to change".
+    let rows: Rows = snapshot.leases.iter().map(|l| (l.key.clone(), l)).collect();
+    check_named_shards(scope, &rows, listings)?;
+    let mut changes: Vec<Change> = Vec::new();
+    // Rows of shards the stream no longer lists (trimmed) are left alone.
+    for (stream, listing) in listings {
+        match mode {
+            Mode::Rewind(position) => changes.extend(rewind(stream, listing, position, scope, &rows)),
+            Mode::Latest => changes.extend(latest(stream, listing, scope, &rows)),
+            Mode::Explicit(_) => {}
+        }
+    }
+    if let Mode::Explicit(entries) = mode {
+        explicit(entries, scope, &rows, listings, &mut changes)?;
+    }
+    judge_states_after(snapshot, &mut changes);
+    Ok(changes)
+}
+
+/// Every shard named by --shards must exist somewhere: a typo must not pass as "nothing to change".
+fn check_named_shards(scope: &Scope, rows: &Rows, listings: &BTreeMap<String, Vec<Shard>>) -> Result<()> {
     for name in &scope.shards {
         let known = listings
             .iter()
@@ -246,116 +269,132 @@ fn plan(
             )));
         }
     }
-    let mut changes: Vec<Change> = Vec::new();
-    let change = |key: &LeaseKey, parents: &[String], after: Checkpoint, note: String| {
-        let seen = rows.get(key).map(|l| (*l).clone());
-        Change {
-            stream: key.stream().to_string(),
-            shard: key.shard_id().to_string(),
-            before: seen.as_ref().map(|l| checkpoint_text(&l.checkpoint)),
-            after: checkpoint_text(&after),
-            state_after: State::Free,
-            note,
-            parents: seen.as_ref().map(|l| l.parent_shard_ids.clone()).unwrap_or_else(|| parents.to_vec()),
-            seen,
-            checkpoint: after,
-        }
-    };
-    for (stream, listing) in listings {
-        let listed: BTreeSet<&str> = listing.iter().map(|s| s.id.as_str()).collect();
-        match mode {
-            Mode::Rewind(position) => {
-                let direct: BTreeSet<String> = listing
-                    .iter()
-                    .filter(|s| scope.shard_in(&LeaseKey::new(stream.as_str(), s.id.as_str())))
-                    .map(|s| s.id.clone())
-                    .collect();
-                let mut lineage: BTreeMap<String, String> = BTreeMap::new();
-                for shard in &direct {
-                    for kid in shards::descendants(listing, shard) {
-                        if !direct.contains(&kid) {
-                            lineage.entry(kid).or_insert_with(|| shard.clone());
-                        }
-                    }
-                }
-                for shard in shards::parents_first(listing) {
-                    let key = LeaseKey::new(stream.as_str(), shard.id.as_str());
-                    let note = match (direct.contains(&shard.id), lineage.get(&shard.id)) {
-                        (true, _) if !rows.contains_key(&key) => "row cleaned up after it ended: created again".into(),
-                        (true, _) => String::new(),
-                        (false, Some(ancestor)) => format!("descendant of {ancestor}: read again after it"),
-                        (false, None) => continue,
-                    };
-                    changes.push(change(&key, &shard.parents, position.clone(), note));
-                }
-            }
-            Mode::Latest => {
-                for shard in shards::parents_first(listing) {
-                    let key = LeaseKey::new(stream.as_str(), shard.id.as_str());
-                    if !scope.shard_in(&key) {
-                        continue;
-                    }
-                    if shard.closed {
-                        if rows.contains_key(&key) {
-                            changes.push(change(
-                                &key,
-                                &shard.parents,
-                                Checkpoint::ShardEnd,
-                                "closed: skipped to its end".into(),
-                            ));
-                        }
-                    } else {
-                        changes.push(change(&key, &shard.parents, Checkpoint::Latest, String::new()));
-                    }
-                }
-            }
-            Mode::Explicit(_) => {}
-        }
-        // Rows of shards the stream no longer lists (trimmed) are left alone.
-        let _ = listed;
+    Ok(())
+}
+
+/// The change of row `key` to `after` (a row not read is created with `parents`).
+fn change(rows: &Rows, key: &LeaseKey, parents: &[String], after: Checkpoint, note: String) -> Change {
+    let seen = rows.get(key).map(|l| (*l).clone());
+    Change {
+        stream: key.stream().to_string(),
+        shard: key.shard_id().to_string(),
+        before: seen.as_ref().map(|l| checkpoint_text(&l.checkpoint)),
+        after: checkpoint_text(&after),
+        state_after: State::Free,
+        note,
+        parents: seen.as_ref().map(|l| l.parent_shard_ids.clone()).unwrap_or_else(|| parents.to_vec()),
+        seen,
+        checkpoint: after,
     }
-    if let Mode::Explicit(entries) = mode {
-        for (name, position) in entries {
-            let candidates: Vec<LeaseKey> = match LeaseKey::parse(name) {
-                Some(key) if listings.contains_key(key.stream()) => vec![key],
-                _ => listings.keys().map(|stream| LeaseKey::new(stream.as_str(), name.as_str())).collect(),
-            };
-            let known: Vec<&LeaseKey> = candidates
-                .iter()
-                .filter(|key| {
-                    rows.contains_key(key)
-                        || listings.get(key.stream()).is_some_and(|l| l.iter().any(|s| s.id == key.shard_id()))
-                })
-                .collect();
-            let key = match known.as_slice() {
-                [key] => (*key).clone(),
-                [] => {
-                    return Err(CliError::NotFound(format!(
-                        "shard {name} is in neither the lease table nor the listing of {}",
-                        listings.keys().cloned().collect::<Vec<_>>().join(", ")
-                    )));
-                }
-                _ => {
-                    return Err(CliError::Usage(format!(
-                        "shard {name} is in several streams: name it as stream:shardId"
-                    )));
-                }
-            };
-            if !scope.shard_in(&key) {
-                continue;
+}
+
+/// `--to-*` over one stream: the shards in scope move to `position`, and their listed descendants
+/// too (read again after them), parents first.
+fn rewind(stream: &str, listing: &[Shard], position: &Checkpoint, scope: &Scope, rows: &Rows) -> Vec<Change> {
+    let direct: BTreeSet<String> = listing
+        .iter()
+        .filter(|s| scope.shard_in(&LeaseKey::new(stream, s.id.as_str())))
+        .map(|s| s.id.clone())
+        .collect();
+    let mut lineage: BTreeMap<String, String> = BTreeMap::new();
+    for shard in &direct {
+        for kid in shards::descendants(listing, shard) {
+            if !direct.contains(&kid) {
+                lineage.entry(kid).or_insert_with(|| shard.clone());
             }
-            let parents = listings
-                .get(key.stream())
-                .and_then(|l| l.iter().find(|s| s.id == key.shard_id()))
-                .map(|s| s.parents.clone())
-                .unwrap_or_default();
-            changes.retain(|c| c.key() != key);
-            changes.push(change(&key, &parents, position.clone(), String::new()));
         }
     }
-    // The state each changed row will be in, by the worker's rule, over the table as it will be.
+    let mut changes = Vec::new();
+    for shard in shards::parents_first(listing) {
+        let key = LeaseKey::new(stream, shard.id.as_str());
+        let note = match (direct.contains(&shard.id), lineage.get(&shard.id)) {
+            (true, _) if !rows.contains_key(&key) => "row cleaned up after it ended: created again".into(),
+            (true, _) => String::new(),
+            (false, Some(ancestor)) => format!("descendant of {ancestor}: read again after it"),
+            (false, None) => continue,
+        };
+        changes.push(change(rows, &key, &shard.parents, position.clone(), note));
+    }
+    changes
+}
+
+/// `--to-latest` over one stream: open shards in scope go to `LATEST`, closed ones with a row to
+/// their end, parents first.
+fn latest(stream: &str, listing: &[Shard], scope: &Scope, rows: &Rows) -> Vec<Change> {
+    let mut changes = Vec::new();
+    for shard in shards::parents_first(listing) {
+        let key = LeaseKey::new(stream, shard.id.as_str());
+        if !scope.shard_in(&key) {
+            continue;
+        }
+        if shard.closed {
+            if rows.contains_key(&key) {
+                changes.push(change(
+                    rows,
+                    &key,
+                    &shard.parents,
+                    Checkpoint::ShardEnd,
+                    "closed: skipped to its end".into(),
+                ));
+            }
+        } else {
+            changes.push(change(rows, &key, &shard.parents, Checkpoint::Latest, String::new()));
+        }
+    }
+    changes
+}
+
+/// Explicit positions (`--to-sequence`, `--from-file`): each named shard, found in one stream's
+/// rows or listing, moves to its own position (replacing a change planned for it).
+fn explicit(
+    entries: &[(String, Checkpoint)],
+    scope: &Scope,
+    rows: &Rows,
+    listings: &BTreeMap<String, Vec<Shard>>,
+    changes: &mut Vec<Change>,
+) -> Result<()> {
+    for (name, position) in entries {
+        let candidates: Vec<LeaseKey> = match LeaseKey::parse(name) {
+            Some(key) if listings.contains_key(key.stream()) => vec![key],
+            _ => listings.keys().map(|stream| LeaseKey::new(stream.as_str(), name.as_str())).collect(),
+        };
+        let known: Vec<&LeaseKey> = candidates
+            .iter()
+            .filter(|key| {
+                rows.contains_key(key)
+                    || listings.get(key.stream()).is_some_and(|l| l.iter().any(|s| s.id == key.shard_id()))
+            })
+            .collect();
+        let key = match known.as_slice() {
+            [key] => (*key).clone(),
+            [] => {
+                return Err(CliError::NotFound(format!(
+                    "shard {name} is in neither the lease table nor the listing of {}",
+                    listings.keys().cloned().collect::<Vec<_>>().join(", ")
+                )));
+            }
+            _ => {
+                return Err(CliError::Usage(format!("shard {name} is in several streams: name it as stream:shardId")));
+            }
+        };
+        if !scope.shard_in(&key) {
+            continue;
+        }
+        let parents = listings
+            .get(key.stream())
+            .and_then(|l| l.iter().find(|s| s.id == key.shard_id()))
+            .map(|s| s.parents.clone())
+            .unwrap_or_default();
+        changes.retain(|c| c.key() != key);
+        changes.push(change(rows, &key, &parents, position.clone(), String::new()));
+    }
+    Ok(())
+}
+
+/// The state each changed row will be in, by the worker's rule, over the table as it will be.
+fn judge_states_after(snapshot: &Snapshot, changes: &mut [Change]) {
     let mut after: HashMap<LeaseKey, Lease> = snapshot.leases.iter().map(|l| (l.key.clone(), l.clone())).collect();
-    for c in &changes {
+    for c in changes.iter() {
         let entry = after.entry(c.key()).or_insert_with(|| Lease {
             key: c.key(),
             owner: None,
@@ -372,7 +411,7 @@ fn plan(
         entry.checkpoint = c.checkpoint.clone();
     }
     let by_key: HashMap<LeaseKey, &Lease> = after.iter().map(|(k, l)| (k.clone(), l)).collect();
-    for c in &mut changes {
+    for c in changes.iter_mut() {
         if let Some(lease) = by_key.get(&c.key()) {
             // The dead holder's name stays on the row until a worker takes it; judge as free.
             let mut free = (*lease).clone();
@@ -380,7 +419,6 @@ fn plan(
             c.state_after = state(&free, &by_key);
         }
     }
-    Ok(changes)
 }
 
 fn render(report: &Report) -> String {

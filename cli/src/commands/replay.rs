@@ -19,11 +19,11 @@ use leasehold_crds::{
 use leasehold_worker::aws::kinesis::{self, StreamRef};
 use serde::Serialize;
 
-use crate::error::{CliError, Result};
-use crate::output::{Format, columns, structured};
-use crate::shards;
-use crate::table::now_ms;
-use crate::target::{Target, TargetArgs, kube_client, resolve};
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, columns, structured};
+use crate::shared::shards;
+use crate::shared::snapshot::now_ms;
+use crate::shared::target::{Target, TargetArgs, kube_client, resolve};
 
 /// Arguments of `replay`.
 #[derive(Args, Debug)]
@@ -311,7 +311,7 @@ async fn retention_notes(target: &Target, start_ms: i64, now: i64) -> Vec<String
 /// Runs `replay`.
 pub async fn run(args: &ReplayArgs, format: Format) -> Result<()> {
     let target = resolve(&args.target).await?;
-    let (ns, live_name) = crate::needs_resource(&target, "replay")?;
+    let (ns, live_name) = crate::shared::target::needs_resource(&target, "replay")?;
     let live_spec = target.spec.clone().ok_or_else(|| CliError::NotFound(format!("{ns}/{live_name} has no spec")))?;
     let now = now_ms();
     let start_ms = parse_time(&args.start, now)?;
@@ -362,7 +362,7 @@ pub async fn run(args: &ReplayArgs, format: Format) -> Result<()> {
         eprintln!("{ns}/{name}: window consumer created ({} .. {}), table {}", outcome.from, outcome.to, outcome.table);
         let note =
             format!("leasehold replay created the window consumer {name} for {} .. {}", outcome.from, outcome.to);
-        crate::target::post_event(&target, "ReplayStarted", "Replay", note).await;
+        crate::shared::target::post_event(&target, "ReplayStarted", "Replay", note).await;
         if !args.no_wait {
             follow(&api, &name, args, &mut outcome).await?;
             let note = format!(
@@ -371,7 +371,7 @@ pub async fn run(args: &ReplayArgs, format: Format) -> Result<()> {
                 outcome.to,
                 outcome.records_replayed.unwrap_or(0)
             );
-            crate::target::post_event(&target, "Replayed", "Replay", note).await;
+            crate::shared::target::post_event(&target, "Replayed", "Replay", note).await;
         }
     }
     print(&outcome, format)

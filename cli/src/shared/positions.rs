@@ -5,7 +5,7 @@ use std::path::Path;
 use leasehold_worker::lease::{Checkpoint, Lease, LeaseKey};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{CliError, Result};
+use crate::shared::error::{CliError, Result};
 
 /// One shard's checkpoint in the file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@ use leasehold_crds::{AwsSpec, StreamConsumer, StreamConsumerSpec};
 use leasehold_worker::aws::{dynamodb_client, kinesis_client, sdk_config};
 use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings};
 
-use crate::error::{CliError, Result};
+use crate::shared::error::{CliError, Result};
 
 /// Where the consumer lives, as given on the command line.
 #[derive(Args, Debug, Clone)]
@@ -36,6 +36,14 @@ pub struct TargetArgs {
     /// Lease duration of the group (with `--table`; a StreamConsumer's spec says it otherwise).
     #[arg(long, value_parser = humantime::parse_duration, global = true)]
     pub lease_duration: Option<Duration>,
+}
+
+/// Refuses a command that needs Kubernetes when the consumer was given as `--table`.
+pub fn needs_resource(target: &Target, what: &str) -> Result<(String, String)> {
+    target
+        .resource
+        .clone()
+        .ok_or_else(|| CliError::Usage(format!("{what} needs a StreamConsumer (namespace/name), not a bare --table")))
 }
 
 /// A resolved consumer: its table, streams and clients.

@@ -10,10 +10,10 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use leasehold_crds::StreamConsumer;
 
-use crate::error::{CliError, Result};
-use crate::output::{Format, structured};
-use crate::table::{now_ms, read};
-use crate::target::{Target, TargetArgs, kube_client, resolve};
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, structured};
+use crate::shared::snapshot::{now_ms, read};
+use crate::shared::target::{Target, TargetArgs, kube_client, resolve};
 
 /// Arguments of `pause` and `resume`.
 #[derive(Args, Debug)]
@@ -63,7 +63,7 @@ fn wanted(target: &Target) -> usize {
 /// Runs `pause` (`paused` true) or `resume` (false).
 pub async fn run(args: &PauseArgs, paused: bool, format: Format) -> Result<()> {
     let target = resolve(&args.target).await?;
-    let (ns, name) = crate::needs_resource(&target, if paused { "pause" } else { "resume" })?;
+    let (ns, name) = crate::shared::target::needs_resource(&target, if paused { "pause" } else { "resume" })?;
     let api: Api<StreamConsumer> = Api::namespaced(kube_client().await?, &ns);
     let patch = serde_json::json!({"spec": {"paused": paused}});
     api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;

@@ -1,5 +1,5 @@
 //! `leasehold drain CONSUMER WORKER`: empty one worker without stopping it. The command marks the
-//! worker's membership row draining (see [`crate::draining`]): the worker's share drops to 0, it takes
+//! worker's membership row draining (see [`mark`](mod@mark)): the worker's share drops to 0, it takes
 //! no lease, and it hands every lease it holds to whichever live worker asks, through the lease rows'
 //! handoff requests (`handoff_to`; the holder finishes its records, checkpoints and hands over in one
 //! write, so nothing is processed twice). The others leave it out of their fair shares and ask for its
@@ -20,11 +20,13 @@ use kube::Api;
 use leasehold_worker::lease::{GroupRows, Lease, ShardLeases};
 use serde::Serialize;
 
-use crate::draining::{mark, unmark};
-use crate::error::{CliError, Result};
-use crate::output::{Format, structured};
-use crate::table::{MemberRow, Snapshot, now_ms, read};
-use crate::target::{Target, TargetArgs, kube_client, resolve};
+pub mod mark;
+
+use crate::shared::error::{CliError, Result};
+use crate::shared::output::{Format, structured};
+use crate::shared::snapshot::{MemberRow, Snapshot, now_ms, read};
+use crate::shared::target::{Target, TargetArgs, kube_client, resolve};
+use mark::{mark, unmark};
 
 /// Arguments of `drain`.
 #[derive(Args, Debug)]
@@ -183,13 +185,14 @@ fn count_toward(load: &mut BTreeMap<&str, usize>, worker: &str) {
 
 /// Deletes the worker's pod (the consumer's namespace).
 async fn delete_pod(target: &Target, worker: &str) -> Result<String> {
-    let (ns, _) = crate::needs_resource(target, "--delete-pod")?;
+    let (ns, _) = crate::shared::target::needs_resource(target, "--delete-pod")?;
     let pods: Api<Pod> = Api::namespaced(kube_client().await?, &ns);
     pods.delete(worker, &Default::default()).await?;
     Ok(ns)
 }
 
-/// Runs `drain`.
+/// Runs `drain`: read the group, mark the worker and ask for its leases on the others' behalf, wait
+/// until it holds none (deleting its pod with `--delete-pod`), print.
 pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
     let (worker, target_args) = worker_and_target(args)?;
     let target = resolve(&target_args).await?;
@@ -198,28 +201,10 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         return cancel(&target, worker, format).await;
     }
     if args.delete_pod {
-        crate::needs_resource(&target, "--delete-pod")?;
+        crate::shared::target::needs_resource(&target, "--delete-pod")?;
     }
     let snapshot = read(&target).await?;
-    let now = now_ms();
-    let live: Vec<&MemberRow> = snapshot.members.iter().filter(|m| m.fresh(now)).collect();
-    if !live.iter().any(|m| m.owner == worker) {
-        let names: Vec<&str> = live.iter().map(|m| m.owner.as_str()).collect();
-        return Err(CliError::NotFound(format!(
-            "worker {worker} is not a live member of {} (live: {})",
-            target.name(),
-            if names.is_empty() { "none".to_string() } else { names.join(", ") }
-        )));
-    }
-    let others: Vec<&str> =
-        live.iter().filter(|m| m.owner != worker && !m.draining).map(|m| m.owner.as_str()).collect();
-    if others.is_empty() {
-        let why = if live.len() > 1 { "every other live worker is draining" } else { "it is the only live worker" };
-        return Err(CliError::Refused(format!(
-            "refused: {why} of {}: nobody could take {worker}'s leases",
-            target.name()
-        )));
-    }
+    let others = takers(&target, &snapshot, worker)?;
     let was_draining = !mark(&target, worker).await?;
     // Workers that read the table in segments learn of the mark at once.
     target.store("leasehold-cli").announce().await?;
@@ -232,63 +217,9 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         held.len(),
         requested.len()
     );
-    let started = Instant::now();
-    let mut deadline = started + args.timeout;
-    let tty = std::io::stderr().is_terminal();
-    let mut remaining: Vec<Lease>;
-    let mut pod_deleted = false;
-    loop {
-        let now = read(&target).await?;
-        remaining = held_by(&now, worker).into_iter().cloned().collect();
-        if remaining.is_empty() {
-            break;
-        }
-        let line = format!("{worker} still holds {} lease(s)", remaining.len());
-        if tty {
-            eprint!("\r\x1b[2K{line} ({}s)", started.elapsed().as_secs());
-        } else {
-            eprintln!("{line} ({}s)", started.elapsed().as_secs());
-        }
-        if Instant::now() > deadline {
-            if args.delete_pod && !pod_deleted {
-                let ns = delete_pod(&target, worker).await?;
-                eprintln!(
-                    "\n{worker} still holds {} lease(s): pod {ns}/{worker} deleted; on SIGTERM it checkpoints and releases them",
-                    remaining.len()
-                );
-                pod_deleted = true;
-                // The pod's worker stops on SIGTERM: give it its termination grace (30 s by default)
-                // to checkpoint and release, or the timeout if longer.
-                deadline = Instant::now() + args.timeout.max(POD_GRACE);
-                continue;
-            }
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    if tty {
-        eprintln!();
-    }
+    let (remaining, mut pod_deleted) = wait_until_drained(args, &target, worker).await?;
     if !remaining.is_empty() {
-        // Take back what was not answered, so no stale request lingers on the rows.
-        let current = read(&target).await?;
-        for (lease, asker) in &mine {
-            if let Some(row) = current.leases.iter().find(|l| l.key == lease.key)
-                && row.handoff_to.as_deref() == Some(asker.as_str())
-            {
-                withdraw(&target, row, asker).await?;
-            }
-        }
-        let keys: Vec<String> = remaining.iter().map(|l| l.key.to_string()).collect();
-        return Err(CliError::Timeout(format!(
-            "{worker} still holds {} lease(s) after {}: {}. It stays marked draining and hands them over as the \
-             others ask (a lease whose records are slow to finish takes that long); run drain again to keep \
-             waiting, drain --cancel to put it back to work, or delete its pod (or run drain with --delete-pod): \
-             on SIGTERM it checkpoints and releases every lease at once, with no repeats.",
-            keys.len(),
-            humantime::format_duration(args.timeout),
-            keys.join(", "),
-        )));
+        return Err(give_up(args, &target, worker, &mine, &remaining).await?);
     }
     if args.delete_pod && !pod_deleted {
         let ns = delete_pod(&target, worker).await?;
@@ -312,4 +243,102 @@ pub async fn run(args: &DrainArgs, format: Format) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The live workers, other than `worker` and not draining, that can take its leases: refused when
+/// `worker` is not a live member or nobody could take them.
+fn takers<'a>(target: &Target, snapshot: &'a Snapshot, worker: &str) -> Result<Vec<&'a str>> {
+    let now = now_ms();
+    let live: Vec<&MemberRow> = snapshot.members.iter().filter(|m| m.fresh(now)).collect();
+    if !live.iter().any(|m| m.owner == worker) {
+        let names: Vec<&str> = live.iter().map(|m| m.owner.as_str()).collect();
+        return Err(CliError::NotFound(format!(
+            "worker {worker} is not a live member of {} (live: {})",
+            target.name(),
+            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+        )));
+    }
+    let others: Vec<&str> =
+        live.iter().filter(|m| m.owner != worker && !m.draining).map(|m| m.owner.as_str()).collect();
+    if others.is_empty() {
+        let why = if live.len() > 1 { "every other live worker is draining" } else { "it is the only live worker" };
+        return Err(CliError::Refused(format!(
+            "refused: {why} of {}: nobody could take {worker}'s leases",
+            target.name()
+        )));
+    }
+    Ok(others)
+}
+
+/// Reads the table every half second until `worker` holds no lease or the timeout passes (with
+/// `--delete-pod`, its pod is then deleted and given its grace to release); the leases it still
+/// holds, and whether its pod was deleted.
+async fn wait_until_drained(args: &DrainArgs, target: &Target, worker: &str) -> Result<(Vec<Lease>, bool)> {
+    let started = Instant::now();
+    let mut deadline = started + args.timeout;
+    let tty = std::io::stderr().is_terminal();
+    let mut remaining: Vec<Lease>;
+    let mut pod_deleted = false;
+    loop {
+        let now = read(target).await?;
+        remaining = held_by(&now, worker).into_iter().cloned().collect();
+        if remaining.is_empty() {
+            break;
+        }
+        let line = format!("{worker} still holds {} lease(s)", remaining.len());
+        if tty {
+            eprint!("\r\x1b[2K{line} ({}s)", started.elapsed().as_secs());
+        } else {
+            eprintln!("{line} ({}s)", started.elapsed().as_secs());
+        }
+        if Instant::now() > deadline {
+            if args.delete_pod && !pod_deleted {
+                let ns = delete_pod(target, worker).await?;
+                eprintln!(
+                    "\n{worker} still holds {} lease(s): pod {ns}/{worker} deleted; on SIGTERM it checkpoints and releases them",
+                    remaining.len()
+                );
+                pod_deleted = true;
+                // The pod's worker stops on SIGTERM: give it its termination grace (30 s by default)
+                // to checkpoint and release, or the timeout if longer.
+                deadline = Instant::now() + args.timeout.max(POD_GRACE);
+                continue;
+            }
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if tty {
+        eprintln!();
+    }
+    Ok((remaining, pod_deleted))
+}
+
+/// Withdraws the requests this command wrote that are still unanswered (no stale request lingers on
+/// the rows); the timeout error naming the leases `worker` still holds.
+async fn give_up(
+    args: &DrainArgs,
+    target: &Target,
+    worker: &str,
+    mine: &[(Lease, String)],
+    remaining: &[Lease],
+) -> Result<CliError> {
+    let current = read(target).await?;
+    for (lease, asker) in mine {
+        if let Some(row) = current.leases.iter().find(|l| l.key == lease.key)
+            && row.handoff_to.as_deref() == Some(asker.as_str())
+        {
+            withdraw(target, row, asker).await?;
+        }
+    }
+    let keys: Vec<String> = remaining.iter().map(|l| l.key.to_string()).collect();
+    Ok(CliError::Timeout(format!(
+        "{worker} still holds {} lease(s) after {}: {}. It stays marked draining and hands them over as the \
+         others ask (a lease whose records are slow to finish takes that long); run drain again to keep \
+         waiting, drain --cancel to put it back to work, or delete its pod (or run drain with --delete-pod): \
+         on SIGTERM it checkpoints and releases every lease at once, with no repeats.",
+        keys.len(),
+        humantime::format_duration(args.timeout),
+        keys.join(", "),
+    )))
 }

@@ -243,6 +243,7 @@ impl ShardReader {
         );
         let key = self.run.held.key();
         self.run.held.lag().report_to(self.run.runner.metrics().shard_lag(key.stream(), key.shard_id()));
+        self.run.held.load().report_to(self.run.runner.metrics().shard_load(key.stream(), key.shard_id()));
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
         let read = match self.run.settings.mode {

@@ -552,6 +552,42 @@ mod tests {
         assert!(sim.shards_of("d").iter().any(|s| HOT[*s] == 300), "d holds {:?}", sim.shards_of("d"));
     }
 
+    /// Issue 35 item 3: a worker added for lag (two hot shards at their limit, each beside cold ones)
+    /// takes load off the busiest workers, not just a count of leases, on every read or on whole
+    /// reads only (`scan: segmented`). (Count would give it its two leases whatever they carry.)
+    #[tokio::test(start_paused = true)]
+    async fn a_worker_added_for_lag_takes_load_off_the_busiest() {
+        const LAGGING: [u64; 6] = [1000, 100, 1000, 100, 100, 100];
+        for whole_every in [1, 8] {
+            let mut sim = Sim::new(&LAGGING, &["a", "a", "b", "b", "a", "b"], &["a", "b"]);
+            sim.whole_every = whole_every;
+            sim.run(Duration::from_secs(60), 3).await;
+            assert_eq!(sim.moves, 0, "two workers at 1200 each: nothing to move");
+            sim.join("c");
+            sim.run(Duration::from_secs(60), 3).await;
+            let (a, b, c) = (sim.load_of("a"), sim.load_of("b"), sim.load_of("c"));
+            assert!(sim.busiest_percent() <= 115, "whole every {whole_every}: {}%: {a}/{b}/{c}", sim.busiest_percent());
+            assert!(a.max(b) < 1200, "the busiest lost load: {a}/{b}/{c}");
+            assert!(c >= 200, "c carries load taken from the busiest: {a}/{b}/{c}, c holds {:?}", sim.shards_of("c"));
+            let settled = sim.moves;
+            println!("whole every {whole_every}: a/b/c {a}/{b}/{c} after {settled} moves, {}%", sim.busiest_percent());
+            sim.run(Duration::from_secs(600), 3).await;
+            assert_eq!(sim.moves, settled, "whole every {whole_every}: still once settled");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_worker_takes_a_hot_shard_with_asks_from_whole_reads_only() {
+        let mut sim = Sim::new(&HOT, &["a", "b", "a", "b", "c", "c", "c", "c"], &["a", "b", "c"]);
+        sim.whole_every = 8;
+        sim.run(Duration::from_secs(30), 3).await;
+        assert_eq!(sim.moves, 0);
+        sim.join("d");
+        sim.run(Duration::from_secs(60), 3).await;
+        assert!(sim.busiest_percent() <= 115, "{}%: {:?}", sim.busiest_percent(), sim.leases);
+        assert!(sim.shards_of("d").iter().any(|s| HOT[*s] == 300), "d holds {:?}", sim.shards_of("d"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_draining_worker_leaves_its_load_at_once_and_the_rest_evens_out_by_swaps() {
         let mut sim = Sim::new(&HOT, &["a", "b", "c", "c", "c", "d", "d", "d"], &["a", "b", "c", "d"]);

@@ -81,16 +81,16 @@ impl MovingRate {
     }
 }
 
-/// The gauges a shard's load is exported to (`leasehold_shard_load_*`): records/s, bytes/s, busy ms/s,
-/// set at each measure.
+/// The gauges a shard's load is exported to (`leasehold_shard_load_*`): records/s, bytes/s and the
+/// processor's busy seconds per second (base units, as Prometheus names want them), set at each measure.
 #[derive(Debug, Clone, Default)]
 pub struct LoadGauges {
     /// Records per second.
     pub records: Gauge,
     /// Bytes per second.
     pub bytes: Gauge,
-    /// Busy milliseconds per second.
-    pub busy_ms: Gauge,
+    /// Busy seconds per second (the row's busy ms/s over 1000).
+    pub busy: Gauge<f64, AtomicU64>,
 }
 
 impl LoadGauges {
@@ -98,7 +98,7 @@ impl LoadGauges {
         let figure = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
         self.records.set(figure(load.records_per_s));
         self.bytes.set(figure(load.bytes_per_s));
-        self.busy_ms.set(figure(load.busy_ms_per_s));
+        self.busy.set(load.busy_ms_per_s as f64 / 1000.0);
     }
 }
 
@@ -248,6 +248,6 @@ mod tests {
         assert!(meter.measure().expect("measured").records_per_s >= 99);
         assert!(gauges.records.get() >= 99, "{}", gauges.records.get());
         assert!((9_900..=10_000).contains(&gauges.bytes.get()), "{}", gauges.bytes.get());
-        assert!((247..=250).contains(&gauges.busy_ms.get()), "{}", gauges.busy_ms.get());
+        assert!((0.247..=0.25).contains(&gauges.busy.get()), "{}", gauges.busy.get());
     }
 }

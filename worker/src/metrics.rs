@@ -144,10 +144,10 @@ pub struct Metrics {
     pub(crate) shard_lag_seconds: Family<LagLabels, crate::lease::LagGauge>,
     /// Each held shard's load as measured at this worker's last renewal or checkpoint of it (the
     /// figures it writes into the row), by `stream` and `shard`: records/s, bytes/s, busy ms/s. A
-    /// worker's load is their sum.
+    /// worker's load is their sum. Busy time in seconds per second (the row's busy ms/s over 1000).
     pub(crate) shard_load_records: Family<LagLabels, Gauge>,
     pub(crate) shard_load_bytes: Family<LagLabels, Gauge>,
-    pub(crate) shard_load_busy: Family<LagLabels, Gauge>,
+    pub(crate) shard_load_busy: Family<LagLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
     pub(crate) records_not_deaggregated: Counter,
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
@@ -375,8 +375,8 @@ impl Metrics {
             self.shard_load_bytes.clone(),
         );
         self.registry.register(
-            "shard_load_busy_ms_per_second",
-            "Milliseconds per second the processor spent on each held shard's records, as measured at its last renewal or checkpoint",
+            "shard_load_busy_seconds_per_second",
+            "Seconds per second the processor spent on each held shard's records (summed over records at once), as measured at its last renewal or checkpoint",
             self.shard_load_busy.clone(),
         );
         self.registry.register(
@@ -512,7 +512,7 @@ impl Metrics {
         crate::lease::LoadGauges {
             records: self.shard_load_records.get_or_create(&labels).clone(),
             bytes: self.shard_load_bytes.get_or_create(&labels).clone(),
-            busy_ms: self.shard_load_busy.get_or_create(&labels).clone(),
+            busy: self.shard_load_busy.get_or_create(&labels).clone(),
         }
     }
 
@@ -615,10 +615,10 @@ mod tests {
         assert!(text.contains("leasehold_millis_behind_latest{shard=\"orders:shardId-0\"} 42"), "{text}");
         metrics.forget_shard("orders:shardId-0");
         assert!(!metrics.encode().contains("orders:shardId-0"));
-        metrics.shard_load("orders", "shardId-1").busy_ms.set(250);
+        metrics.shard_load("orders", "shardId-1").busy.set(0.25);
         let text = metrics.encode();
         assert!(
-            text.contains("leasehold_shard_load_busy_ms_per_second{stream=\"orders\",shard=\"shardId-1\"} 250"),
+            text.contains("leasehold_shard_load_busy_seconds_per_second{stream=\"orders\",shard=\"shardId-1\"} 0.25"),
             "{text}"
         );
         metrics.forget_shard_lag("orders", "shardId-1");

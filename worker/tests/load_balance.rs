@@ -263,12 +263,13 @@ async fn skewed_group(balance: &str, scan: &str, watch: Duration) -> Figures {
     // The workers' /metrics show the load of each shard they hold.
     for worker in &workers {
         for shard in last.get(&worker.owner).into_iter().flatten() {
-            let series = format!("leasehold_shard_load_busy_ms_per_second{{stream=\"{stream}\",shard=\"{shard}\"}}");
+            let series =
+                format!("leasehold_shard_load_busy_seconds_per_second{{stream=\"{stream}\",shard=\"{shard}\"}}");
             let busy = metric(worker, &series).await;
-            let records = metric(worker, &series.replace("busy_ms", "records")).await;
+            let records = metric(worker, &series.replace("busy_seconds", "records")).await;
             assert!(
                 busy > 0.0 && records > 0.0,
-                "{} shows {shard} idle: busy {busy} ms/s, {records} records/s",
+                "{} shows {shard} idle: busy {busy} s/s, {records} records/s",
                 worker.owner
             );
         }

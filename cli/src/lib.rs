@@ -32,8 +32,8 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// One row per shard (stream, shard, owner, checkpoint, lag, parents, handoff, state), the members
-    /// and a summary.
+    /// One row per shard (stream, shard, owner, checkpoint, lag, load, parents, handoff, state), the
+    /// members with the load of the leases each holds, and a summary.
     #[command(after_help = EXIT_CODES_HELP)]
     Describe {
         /// The consumer.

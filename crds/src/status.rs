@@ -28,7 +28,7 @@ pub struct StreamConsumerStatus {
     /// Label selector of the worker pods (for the scale subresource).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
-    /// How many leases each worker holds.
+    /// How many leases each worker holds, and the load they carry.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub leases: Vec<WorkerLeases>,
     /// Each named stream's capacity mode and open shards (on-demand streams have no shard count of
@@ -108,4 +108,22 @@ pub struct WorkerLeases {
     pub owner: String,
     /// Leases it holds.
     pub leases: i32,
+    /// The sum of the loads its holders measured on the leases it holds (each row's `load_records`,
+    /// `load_bytes`, `load_busy`, written with renewals and checkpoints); absent until one of them
+    /// carries a load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<WorkerLoad>,
+}
+
+/// A worker's load: the sum over the leases it holds of what each lease's holder measured.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerLoad {
+    /// Kinesis records read per second.
+    pub records_per_second: i64,
+    /// Bytes of record data per second.
+    pub bytes_per_second: i64,
+    /// Milliseconds per second the processor spent on the records (summed over records running at
+    /// once).
+    pub busy_ms_per_second: i64,
 }

@@ -34,7 +34,7 @@ pub use error::{LeaseError, Result};
 pub use held::HeldLease;
 pub use key::LeaseKey;
 pub use lag::{LagGauge, ShardLag};
-pub use load::{LoadMeter, ShardLoad};
+pub use load::{LoadGauges, LoadMeter, ShardLoad};
 pub use memory::{MemoryLeaseStore, MemoryLeaseTable};
 pub use progress::{Progress, ProgressRows};
 pub use renewal::renew_until_lost;

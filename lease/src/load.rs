@@ -5,10 +5,11 @@
 //! `load_busy` (as `lag_ms`: no extra write). Read back by every worker's coordinator for
 //! `lease.balance: load`, and by `leasehold describe`.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::time::Instant;
 
 /// How quickly the moving figure forgets: a sample this old weighs half as much as a fresh one.
@@ -80,6 +81,27 @@ impl MovingRate {
     }
 }
 
+/// The gauges a shard's load is exported to (`leasehold_shard_load_*`): records/s, bytes/s and the
+/// processor's busy seconds per second (base units, as Prometheus names want them), set at each measure.
+#[derive(Debug, Clone, Default)]
+pub struct LoadGauges {
+    /// Records per second.
+    pub records: Gauge,
+    /// Bytes per second.
+    pub bytes: Gauge,
+    /// Busy seconds per second (the row's busy ms/s over 1000).
+    pub busy: Gauge<f64, AtomicU64>,
+}
+
+impl LoadGauges {
+    fn set(&self, load: &ShardLoad) {
+        let figure = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.records.set(figure(load.records_per_s));
+        self.bytes.set(figure(load.bytes_per_s));
+        self.busy.set(load.busy_ms_per_s as f64 / 1000.0);
+    }
+}
+
 #[derive(Debug)]
 struct Rates {
     since: Instant,
@@ -96,6 +118,8 @@ pub struct LoadMeter {
     bytes: AtomicU64,
     busy_us: AtomicU64,
     rates: Mutex<Rates>,
+    /// Where each measure is also shown, once the reader attached them.
+    gauges: OnceLock<LoadGauges>,
 }
 
 impl Default for LoadMeter {
@@ -111,6 +135,7 @@ impl Default for LoadMeter {
             bytes: AtomicU64::new(0),
             busy_us: AtomicU64::new(0),
             rates: Mutex::new(rates),
+            gauges: OnceLock::new(),
         }
     }
 }
@@ -125,6 +150,12 @@ impl LoadMeter {
     /// Counts time the processor spent on a record.
     pub fn busy(&self, spent: Duration) {
         self.busy_us.fetch_add(u64::try_from(spent.as_micros()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// Shows every later measure on `gauges` as well.
+    pub fn report_to(&self, gauges: LoadGauges) {
+        // Set once per held lease: a second reader of the same lease never exists.
+        let _ = self.gauges.set(gauges);
     }
 
     /// Folds what was counted since the last measure into the moving figures and returns them; `None`
@@ -146,11 +177,15 @@ impl LoadMeter {
             rates.busy_ms.fold(busy_us as f64 / 1000.0, elapsed);
             rates.since = now;
         }
-        Some(ShardLoad {
+        let load = ShardLoad {
             records_per_s: rates.records.per_second(),
             bytes_per_s: rates.bytes.per_second(),
             busy_ms_per_s: rates.busy_ms.per_second(),
-        })
+        };
+        if let Some(gauges) = self.gauges.get() {
+            gauges.set(&load);
+        }
+        Some(load)
     }
 }
 
@@ -205,8 +240,14 @@ mod tests {
         let load = meter.measure().expect("measured");
         assert_eq!(load, ShardLoad { records_per_s: 100, bytes_per_s: 10_000, busy_ms_per_s: 250 });
         assert_eq!(load.weight(), 250_000);
+        // Gauges attached later show the measures from then on.
+        let gauges = LoadGauges::default();
+        meter.report_to(gauges.clone());
         // A write soon after, with nothing counted between, keeps the figure nearly where it was.
         tokio::time::advance(Duration::from_millis(100)).await;
         assert!(meter.measure().expect("measured").records_per_s >= 99);
+        assert!(gauges.records.get() >= 99, "{}", gauges.records.get());
+        assert!((9_900..=10_000).contains(&gauges.bytes.get()), "{}", gauges.bytes.get());
+        assert!((0.247..=0.25).contains(&gauges.busy.get()), "{}", gauges.busy.get());
     }
 }

@@ -142,6 +142,12 @@ pub struct Metrics {
     /// How far behind this worker is on each shard it holds, in seconds, by `stream` and `shard`: the
     /// age of the oldest record read and not finished, or `millis_behind_latest` when larger.
     pub(crate) shard_lag_seconds: Family<LagLabels, crate::lease::LagGauge>,
+    /// Each held shard's load as measured at this worker's last renewal or checkpoint of it (the
+    /// figures it writes into the row), by `stream` and `shard`: records/s, bytes/s, busy ms/s. A
+    /// worker's load is their sum. Busy time in seconds per second (the row's busy ms/s over 1000).
+    pub(crate) shard_load_records: Family<LagLabels, Gauge>,
+    pub(crate) shard_load_bytes: Family<LagLabels, Gauge>,
+    pub(crate) shard_load_busy: Family<LagLabels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     /// Records that open with the KPL magic bytes but are not readable aggregates, delivered whole.
     pub(crate) records_not_deaggregated: Counter,
     /// User records of aggregates left undelivered, by why (`outside_shard`: a KPL aggregate's user
@@ -208,6 +214,9 @@ impl Default for Metrics {
             records_stuck: Gauge::default(),
             millis_behind_latest: Family::default(),
             shard_lag_seconds: Family::default(),
+            shard_load_records: Family::default(),
+            shard_load_bytes: Family::default(),
+            shard_load_busy: Family::default(),
             records_not_deaggregated: Counter::default(),
             user_records_skipped: Family::default(),
             fanout_subscriptions: Counter::default(),
@@ -356,6 +365,21 @@ impl Metrics {
             self.shard_lag_seconds.clone(),
         );
         self.registry.register(
+            "shard_load_records_per_second",
+            "Records per second read from each held shard, as measured at its last renewal or checkpoint (a moving figure)",
+            self.shard_load_records.clone(),
+        );
+        self.registry.register(
+            "shard_load_bytes_per_second",
+            "Bytes of record data per second from each held shard, as measured at its last renewal or checkpoint",
+            self.shard_load_bytes.clone(),
+        );
+        self.registry.register(
+            "shard_load_busy_seconds_per_second",
+            "Seconds per second the processor spent on each held shard's records (summed over records at once), as measured at its last renewal or checkpoint",
+            self.shard_load_busy.clone(),
+        );
+        self.registry.register(
             "records_not_deaggregated",
             "Records with the KPL magic bytes that are not readable aggregates, delivered whole",
             self.records_not_deaggregated.clone(),
@@ -473,9 +497,23 @@ impl Metrics {
         self.shard_lag_seconds.get_or_create(&lag_labels(stream, shard)).clone()
     }
 
-    /// Forgets the lag series of `shard` of `stream` once this worker no longer reads it.
+    /// Forgets the lag and load series of `shard` of `stream` once this worker no longer reads it.
     pub fn forget_shard_lag(&self, stream: &str, shard: &str) {
-        self.shard_lag_seconds.remove(&lag_labels(stream, shard));
+        let labels = lag_labels(stream, shard);
+        self.shard_lag_seconds.remove(&labels);
+        self.shard_load_records.remove(&labels);
+        self.shard_load_bytes.remove(&labels);
+        self.shard_load_busy.remove(&labels);
+    }
+
+    /// The load gauges of `shard` of `stream`.
+    pub fn shard_load(&self, stream: &str, shard: &str) -> crate::lease::LoadGauges {
+        let labels = lag_labels(stream, shard);
+        crate::lease::LoadGauges {
+            records: self.shard_load_records.get_or_create(&labels).clone(),
+            bytes: self.shard_load_bytes.get_or_create(&labels).clone(),
+            busy: self.shard_load_busy.get_or_create(&labels).clone(),
+        }
     }
 
     /// Sets `shard`'s GetRecords page limit.
@@ -536,6 +574,7 @@ mod tests {
         metrics.fanout_end_checked("open");
         metrics.behind("orders:shardId-0", 1);
         metrics.shard_lag("orders", "shardId-0");
+        metrics.shard_load("orders", "shardId-0");
         metrics.page_limit("orders:shardId-0", 10);
         metrics
     }
@@ -576,5 +615,13 @@ mod tests {
         assert!(text.contains("leasehold_millis_behind_latest{shard=\"orders:shardId-0\"} 42"), "{text}");
         metrics.forget_shard("orders:shardId-0");
         assert!(!metrics.encode().contains("orders:shardId-0"));
+        metrics.shard_load("orders", "shardId-1").busy.set(0.25);
+        let text = metrics.encode();
+        assert!(
+            text.contains("leasehold_shard_load_busy_seconds_per_second{stream=\"orders\",shard=\"shardId-1\"} 0.25"),
+            "{text}"
+        );
+        metrics.forget_shard_lag("orders", "shardId-1");
+        assert!(!metrics.encode().contains("shardId-1"));
     }
 }

@@ -12,7 +12,7 @@ use aws_sdk_dynamodb::types::AttributeValue;
 use leasehold_worker::internals::lease::{AttrValue, Attributes};
 use leasehold_worker::lease::{
     Checkpoint, DynamoLeaseStore, Lease, LeaseError, LeaseKey, LeaseSettings, LeaseStore, ManualClock,
-    MemoryLeaseTable, NewLease,
+    MemoryLeaseTable, NewLease, ShardLoad,
 };
 
 const LEASE: Duration = Duration::from_secs(10);
@@ -736,6 +736,27 @@ async fn progress_rows_are_written_only_over_the_counter_read<H: Harness>(h: &H)
     assert_eq!((last.counter, last.checkpoint.as_deref(), last.done.is_empty()), (Some(2), Some("9"), true));
 }
 
+async fn renewals_and_checkpoints_carry_the_load<H: Harness>(h: &H) {
+    let a = h.store("a", clock());
+    let k = key(0);
+    let held = a.acquire(&created(&*a, &k).await).await.unwrap();
+    assert_eq!(read(&*a, &k).await.load, None, "no load before the holder measured one");
+    let measured = ShardLoad { records_per_s: 300, bytes_per_s: 30_000, busy_ms_per_s: 750 };
+    let renewed = a.renew(&Lease { load: Some(measured), ..held }).await.unwrap();
+    assert_eq!(renewed.load, Some(measured));
+    assert_eq!(read(&*a, &k).await.load, Some(measured), "a renewal writes the load");
+    let later = ShardLoad { records_per_s: 100, bytes_per_s: 10_000, busy_ms_per_s: 250 };
+    let checkpointed =
+        a.checkpoint(&Lease { load: Some(later), ..renewed }, &Checkpoint::Sequence("42".into())).await.unwrap();
+    let row = read(&*a, &k).await;
+    assert_eq!((row.load, row.checkpoint.clone()), (Some(later), Checkpoint::Sequence("42".into())));
+    assert_eq!(row, checkpointed);
+    // A write that measured nothing (a lease just taken) leaves the last figure in place.
+    let renewed = a.renew(&Lease { load: None, ..checkpointed }).await.unwrap();
+    assert_eq!(read(&*a, &k).await.load, Some(later));
+    assert_eq!(renewed.counter, row.counter + 1);
+}
+
 macro_rules! conformance {
     ($harness:ident: $($case:ident),* $(,)?) => {
         $(
@@ -781,6 +802,7 @@ macro_rules! suite {
                     drain_marks_are_set_once_and_leave_the_counter,
                     a_handoff_request_is_withdrawn_only_by_its_asker_on_an_unchanged_row,
                     progress_rows_are_written_only_over_the_counter_read,
+                    renewals_and_checkpoints_carry_the_load,
                 );
             }
         )*

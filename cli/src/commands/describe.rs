@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use leasehold_worker::lease::{Lease, LeaseKey};
+use leasehold_worker::lease::{Lease, LeaseKey, ShardLoad};
 use serde::Serialize;
 
 use crate::shared::error::Result;
@@ -50,6 +50,35 @@ pub fn state(lease: &Lease, rows: &HashMap<LeaseKey, &Lease>) -> State {
     }
 }
 
+/// A load as described: one shard's, as its holder last measured it, or a member's (the sum over the
+/// leases it holds whose rows carry one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LoadView {
+    /// Kinesis records read per second.
+    pub records_per_second: u64,
+    /// Bytes of record data per second.
+    pub bytes_per_second: u64,
+    /// Milliseconds per second the processor spent on the records.
+    pub busy_ms_per_second: u64,
+}
+
+impl From<ShardLoad> for LoadView {
+    fn from(load: ShardLoad) -> Self {
+        Self {
+            records_per_second: load.records_per_s,
+            bytes_per_second: load.bytes_per_s,
+            busy_ms_per_second: load.busy_ms_per_s,
+        }
+    }
+}
+
+/// The sum of the loads of `leases` that carry one; `None` when none does.
+pub fn total_load<'a>(leases: impl IntoIterator<Item = &'a Lease>) -> Option<LoadView> {
+    let measured: Vec<ShardLoad> = leases.into_iter().filter_map(|l| l.load).collect();
+    (!measured.is_empty()).then(|| ShardLoad::sum(&measured).into())
+}
+
 /// One shard as described.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -69,6 +98,8 @@ pub struct ShardRow {
     pub sub_sequence: Option<u32>,
     /// Lag in ms, when the row carries it.
     pub lag_ms: Option<i64>,
+    /// The shard's load as its holder last measured it, when the row carries one.
+    pub load: Option<LoadView>,
     /// Parent shard ids.
     pub parents: Vec<String>,
     /// A pending handoff request: the asker.
@@ -91,6 +122,8 @@ pub struct MemberView {
     pub draining: bool,
     /// Leases it holds.
     pub leases: usize,
+    /// The sum of the loads of the leases it holds (those whose rows carry one): `None` when none does.
+    pub load: Option<LoadView>,
 }
 
 /// The one-line summary.
@@ -170,6 +203,7 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
                 checkpoint: lease.checkpoint.attribute(),
                 sub_sequence: lease.checkpoint.sub_sequence(),
                 lag_ms,
+                load: lease.load.map(LoadView::from),
                 parents: lease.parent_shard_ids.clone(),
                 handoff_to: lease.handoff_to.clone(),
                 state,
@@ -185,6 +219,7 @@ pub fn describe(target: &Target, snapshot: &Snapshot) -> Description {
             alive: m.fresh(now),
             draining: m.draining,
             leases: snapshot.leases.iter().filter(|l| l.is_held_by(&m.owner)).count(),
+            load: total_load(snapshot.leases.iter().filter(|l| l.is_held_by(&m.owner))),
         })
         .collect();
     summary.live_members = members.iter().filter(|m| m.alive).count();
@@ -206,6 +241,16 @@ fn dash(value: Option<&str>) -> String {
     value.filter(|v| !v.is_empty()).unwrap_or("-").to_string()
 }
 
+/// A load's three cells: records/s, bytes/s, busy ms/s (dashes when unmeasured).
+fn load_cells(load: Option<&LoadView>) -> [String; 3] {
+    match load {
+        Some(l) => {
+            [l.records_per_second.to_string(), l.bytes_per_second.to_string(), format!("{}ms/s", l.busy_ms_per_second)]
+        }
+        None => ["-".into(), "-".into(), "-".into()],
+    }
+}
+
 /// The description as text for people.
 pub fn render(description: &Description, colour: bool) -> String {
     let rows: Vec<Vec<String>> = description
@@ -223,7 +268,7 @@ pub fn render(description: &Description, colour: bool) -> String {
             } else {
                 s.state.name().to_string()
             };
-            vec![
+            let mut row = vec![
                 s.stream.clone(),
                 s.shard.clone(),
                 match &s.owner {
@@ -232,13 +277,28 @@ pub fn render(description: &Description, colour: bool) -> String {
                 },
                 checkpoint,
                 dash(lag.as_deref()),
-                dash(Some(&s.parents.join(","))),
-                dash(s.handoff_to.as_deref()),
-                state,
-            ]
+            ];
+            row.extend(load_cells(s.load.as_ref()));
+            row.extend([dash(Some(&s.parents.join(","))), dash(s.handoff_to.as_deref()), state]);
+            row
         })
         .collect();
-    let mut out = columns(&["STREAM", "SHARD", "OWNER", "CHECKPOINT", "LAG", "PARENTS", "HANDOFF", "STATE"], &rows);
+    let mut out = columns(
+        &[
+            "STREAM",
+            "SHARD",
+            "OWNER",
+            "CHECKPOINT",
+            "LAG",
+            "RECORDS/S",
+            "BYTES/S",
+            "BUSY",
+            "PARENTS",
+            "HANDOFF",
+            "STATE",
+        ],
+        &rows,
+    );
     for row in &description.malformed {
         out.push_str(&format!("malformed row {}: {}\n", row.key, row.reason));
     }
@@ -252,10 +312,12 @@ pub fn render(description: &Description, colour: bool) -> String {
             .map(|m| {
                 let heartbeat = if m.alive { "alive" } else { "silent" };
                 let heartbeat = if m.draining { format!("{heartbeat}, draining") } else { heartbeat.to_string() };
-                vec![m.owner.clone(), heartbeat, m.leases.to_string()]
+                let mut row = vec![m.owner.clone(), heartbeat, m.leases.to_string()];
+                row.extend(load_cells(m.load.as_ref()));
+                row
             })
             .collect();
-        out.push_str(&columns(&["MEMBER", "HEARTBEAT", "LEASES"], &members));
+        out.push_str(&columns(&["MEMBER", "HEARTBEAT", "LEASES", "RECORDS/S", "BYTES/S", "BUSY"], &members));
     }
     let s = &description.summary;
     let lag = s

@@ -246,6 +246,7 @@ impl ShardReader {
         );
         let key = self.context.held.key();
         self.context.held.lag().report_to(self.context.metrics.shard_lag(key.stream(), key.shard_id()));
+        self.context.held.load().report_to(self.context.metrics.shard_load(key.stream(), key.shard_id()));
         let mut cursor =
             Cursor { fetched: start.clone(), checkpointed: start.clone(), start, last_checkpoint: Instant::now() };
         let read = match self.context.settings.mode {

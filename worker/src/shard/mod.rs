@@ -14,9 +14,10 @@ use std::time::Duration;
 use leasehold_crds::{ReaderMode, ResolvedSpec, WindowBounds};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::dispatch::{DispatchSettings, Dispatcher, Gate, Halted, RecordRunner};
-use crate::kinesis::{Kinesis, KinesisError, StartAt};
+use crate::kinesis::{Batch, Kinesis, KinesisError, StartAt};
 use crate::lease::{Checkpoint, HeldLease, LeaseError};
 use crate::metrics::Metrics;
 use crate::processor::{Record, ShardProcessor};
@@ -185,10 +186,20 @@ enum RowIncarnation {
 /// A polling reader's state between GetRecords calls.
 struct Polling {
     iterator: Option<String>,
+    /// The next page, asked for while the last one is delivered (at most one ahead: bounded memory).
+    prefetch: Option<Prefetch>,
     pace: Pace,
     page: PageLimit,
     unpacker: Unpacker,
     failures: Box<dyn Iterator<Item = Duration> + Send>,
+}
+
+/// A GetRecords call already sent for the page after the one being delivered; aborted when dropped
+/// (a lost lease, a stop, a finished window).
+struct Prefetch {
+    /// The iterator it reads at, asked for again if the call fails.
+    iterator: String,
+    answer: AbortOnDropHandle<Result<Batch, KinesisError>>,
 }
 
 /// Where a reader is: where it started, the last record fetched (a new iterator starts after it), and
@@ -265,6 +276,7 @@ impl ShardReader {
     async fn read_polling(&self, d: &mut Dispatcher, cursor: &mut Cursor) -> Flow<ShardExit> {
         let mut polling = Polling {
             iterator: None,
+            prefetch: None,
             pace: Pace::new(self.context.settings.min_call_gap),
             page: PageLimit::new(self.context.settings.max_records),
             unpacker: self.unpacker(cursor),
@@ -293,37 +305,52 @@ impl ShardReader {
     async fn poll_once(&self, d: &mut Dispatcher, cursor: &mut Cursor, polling: &mut Polling) -> Flow<Polled> {
         let key = self.context.held.key();
         let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
-        let current = match polling.iterator.take() {
-            Some(current) => current,
-            None => {
-                let Some(from) = start_at(&cursor.fetched) else { return Ok(Polled::Exit(ShardExit::Ended)) };
-                match self.check_incarnation(d, &stream, cursor).await? {
-                    RowIncarnation::Same => {}
-                    RowIncarnation::Recreated(exit) => return Ok(Polled::Exit(exit)),
-                    RowIncarnation::Unknown(e) => return Ok(Polled::Failed(e)),
-                }
-                match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
-                    Ok(Some(it)) => it,
-                    Ok(None) => return self.finish_window(d, cursor, "shard_end").await.map(Polled::Exit),
-                    Err(e) => return Ok(Polled::Failed(e)),
-                }
+        let (current, read) = match polling.prefetch.take() {
+            Some(prefetch) => {
+                let read = tokio::select! {
+                    biased;
+                    _ = self.context.stop.cancelled() => None,
+                    answer = self.drive(d, prefetch.answer) => Some(answer?.unwrap_or_else(|e| {
+                        Err(KinesisError::Transport(format!("the GetRecords task ended: {e}")))
+                    })),
+                };
+                (prefetch.iterator, read)
             }
-        };
-        if !self.drive(d, self.wait(polling.pace.until_next())).await? {
-            polling.iterator = Some(current);
-            return Ok(Polled::Read);
-        }
-        polling.pace.called();
-        // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it has
-        // been delivered, so the next holder reads it again from the checkpoint.
-        let read = tokio::select! {
-            biased;
-            _ = self.context.stop.cancelled() => None,
-            batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, polling.page.get())) => Some(batch),
+            None => {
+                let current = match polling.iterator.take() {
+                    Some(current) => current,
+                    None => {
+                        let Some(from) = start_at(&cursor.fetched) else { return Ok(Polled::Exit(ShardExit::Ended)) };
+                        match self.check_incarnation(d, &stream, cursor).await? {
+                            RowIncarnation::Same => {}
+                            RowIncarnation::Recreated(exit) => return Ok(Polled::Exit(exit)),
+                            RowIncarnation::Unknown(e) => return Ok(Polled::Failed(e)),
+                        }
+                        match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
+                            Ok(Some(it)) => it,
+                            Ok(None) => return self.finish_window(d, cursor, "shard_end").await.map(Polled::Exit),
+                            Err(e) => return Ok(Polled::Failed(e)),
+                        }
+                    }
+                };
+                if !self.drive(d, self.wait(polling.pace.until_next())).await? {
+                    polling.iterator = Some(current);
+                    return Ok(Polled::Read);
+                }
+                polling.pace.called();
+                // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it
+                // has been delivered, so the next holder reads it again from the checkpoint.
+                let read = tokio::select! {
+                    biased;
+                    _ = self.context.stop.cancelled() => None,
+                    batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, polling.page.get())) => Some(batch?),
+                };
+                (current, read)
+            }
         };
         let Some(batch) = read else { return self.stopped(d, cursor).await.map(Polled::Exit) };
         let shard_label = key.to_string();
-        let batch = match batch? {
+        let batch = match batch {
             Ok(batch) => {
                 if polling.page.succeeded() {
                     self.context.metrics.page_limit(&shard_label, polling.page.get());
@@ -349,11 +376,18 @@ impl ShardReader {
         polling.failures = Box::new(read_backoff());
         let empty = batch.records.is_empty();
         let caught_up = batch.millis_behind.unwrap_or(0) == 0;
+        let next = batch.next_iterator;
+        // A page with records is likely followed by more: the next call goes out now (paced), so
+        // Kinesis works on it while this page is delivered, as the KCL's prefetching does.
+        if !empty && let Some(iterator) = &next {
+            polling.prefetch = Some(self.prefetch(&stream, &shard, iterator, polling));
+        }
         if let Some(exit) = self.deliver(d, cursor, &mut polling.unpacker, batch.records, batch.millis_behind).await? {
             return Ok(Polled::Exit(exit));
         }
-        polling.iterator = batch.next_iterator;
-        if polling.iterator.is_none() {
+        let ended = next.is_none();
+        polling.iterator = if polling.prefetch.is_some() { None } else { next };
+        if ended {
             return self.finish_window(d, cursor, "shard_end").await.map(Polled::Exit);
         }
         if empty && caught_up && self.tip_passed_window() {
@@ -366,6 +400,18 @@ impl ShardReader {
             self.drive(d, self.wait(Some(Instant::now() + self.context.settings.idle_time))).await?;
         }
         Ok(Polled::Read)
+    }
+
+    /// Sends the GetRecords call for the page at `iterator` in a task of its own, when the pace allows.
+    fn prefetch(&self, stream: &Arc<str>, shard: &Arc<str>, iterator: &str, polling: &mut Polling) -> Prefetch {
+        let at = polling.pace.reserve();
+        let (kinesis, stream, shard, limit) = (self.kinesis.clone(), stream.clone(), shard.clone(), polling.page.get());
+        let page_at = iterator.to_string();
+        let answer = AbortOnDropHandle::new(tokio::spawn(async move {
+            tokio::time::sleep_until(at).await;
+            kinesis.get_records(&stream, &shard, &page_at, limit).await
+        }));
+        Prefetch { iterator: iterator.to_string(), answer }
     }
 
     /// The unpacker of this shard, read from `cursor`'s start.

@@ -27,29 +27,44 @@ impl Pace {
     pub fn called(&mut self) {
         self.last = Some(Instant::now());
     }
+
+    /// Books the next call: the instant it may go out (now, or the gap after the last), recorded as
+    /// the last call's.
+    pub fn reserve(&mut self) -> Instant {
+        let at = self.until_next().unwrap_or_else(Instant::now);
+        self.last = Some(at);
+        at
+    }
 }
 
 /// The lowest page limit a timed-out call shrinks it to.
 pub const PAGE_FLOOR: i32 = 10;
 /// Successful calls in a row after which a shrunk page limit grows again.
 const GROW_AFTER: u32 = 4;
+/// The first page's limit when `maxRecords` is larger: a small first page arrives sooner (a busy
+/// Kinesis serves 10,000 records of every shard of a worker at once in about a second), so processing
+/// starts while the larger pages after it are read.
+pub const FIRST_PAGE: i32 = 1000;
 
 /// The GetRecords page limit of one shard. A page that takes longer than the attempt timeout to arrive
 /// (a loaded or delayed Kinesis, big records) would be asked for again whole and time out forever, so
 /// the shard would never move: the limit halves after each timed-out call, down to [`PAGE_FLOOR`], and
 /// grows back by half after every [`GROW_AFTER`] successful calls, up to the configured `maxRecords`.
+/// It starts at [`FIRST_PAGE`] (or `maxRecords` when smaller) and doubles after each successful call
+/// until it reaches `maxRecords` or a call times out (a slow start, as TCP's).
 #[derive(Debug)]
 pub struct PageLimit {
     max: i32,
     current: i32,
     streak: u32,
+    starting: bool,
 }
 
 impl PageLimit {
-    /// Starts at the configured limit `max`.
+    /// Starts at [`FIRST_PAGE`], or the configured limit `max` when smaller.
     pub fn new(max: i32) -> Self {
         let max = max.max(1);
-        Self { max, current: max, streak: 0 }
+        Self { max, current: max.min(FIRST_PAGE), streak: 0, starting: true }
     }
 
     /// Records to ask for in the next call.
@@ -60,6 +75,7 @@ impl PageLimit {
     /// After a call that timed out: halves the limit (not below the floor); true when it changed.
     pub fn timed_out(&mut self) -> bool {
         self.streak = 0;
+        self.starting = false;
         let next = (self.current / 2).max(PAGE_FLOOR.min(self.max));
         let changed = next != self.current;
         self.current = next;
@@ -69,7 +85,12 @@ impl PageLimit {
     /// After a successful call; true when the limit grew.
     pub fn succeeded(&mut self) -> bool {
         if self.current >= self.max {
+            self.starting = false;
             return false;
+        }
+        if self.starting {
+            self.current = self.current.saturating_mul(2).min(self.max);
+            return true;
         }
         self.streak += 1;
         if self.streak < GROW_AFTER {
@@ -84,6 +105,21 @@ impl PageLimit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_large_limit_starts_small_and_doubles_until_reached_or_a_timeout() {
+        let mut limit = PageLimit::new(10_000);
+        let mut seen = vec![limit.get()];
+        while limit.succeeded() {
+            seen.push(limit.get());
+        }
+        assert_eq!(seen, [1000, 2000, 4000, 8000, 10_000]);
+        let mut cut = PageLimit::new(10_000);
+        cut.succeeded();
+        cut.timed_out();
+        assert_eq!(cut.get(), 1000);
+        assert!(!cut.succeeded(), "after a timeout it grows back by the cautious rule only");
+    }
 
     #[test]
     fn a_timed_out_call_halves_the_page_down_to_the_floor() {

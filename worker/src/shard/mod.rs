@@ -202,6 +202,13 @@ struct Prefetch {
     answer: AbortOnDropHandle<Result<Batch, KinesisError>>,
 }
 
+/// What [`ShardReader::next_page`] came to: a GetRecords answer at an iterator (`None` when a stop came
+/// first), or what the polling loop does next without one.
+enum Page {
+    Answer(String, Option<Result<Batch, KinesisError>>),
+    Then(Polled),
+}
+
 /// Where a reader is: where it started, the last record fetched (a new iterator starts after it), and
 /// what was last checkpointed.
 struct Cursor {
@@ -305,48 +312,9 @@ impl ShardReader {
     async fn poll_once(&self, d: &mut Dispatcher, cursor: &mut Cursor, polling: &mut Polling) -> Flow<Polled> {
         let key = self.context.held.key();
         let (stream, shard): (Arc<str>, Arc<str>) = (Arc::from(key.stream()), Arc::from(key.shard_id()));
-        let (current, read) = match polling.prefetch.take() {
-            Some(prefetch) => {
-                let read = tokio::select! {
-                    biased;
-                    _ = self.context.stop.cancelled() => None,
-                    answer = self.drive(d, prefetch.answer) => Some(answer?.unwrap_or_else(|e| {
-                        Err(KinesisError::Transport(format!("the GetRecords task ended: {e}")))
-                    })),
-                };
-                (prefetch.iterator, read)
-            }
-            None => {
-                let current = match polling.iterator.take() {
-                    Some(current) => current,
-                    None => {
-                        let Some(from) = start_at(&cursor.fetched) else { return Ok(Polled::Exit(ShardExit::Ended)) };
-                        match self.check_incarnation(d, &stream, cursor).await? {
-                            RowIncarnation::Same => {}
-                            RowIncarnation::Recreated(exit) => return Ok(Polled::Exit(exit)),
-                            RowIncarnation::Unknown(e) => return Ok(Polled::Failed(e)),
-                        }
-                        match self.drive(d, self.kinesis.iterator(&stream, &shard, &from)).await? {
-                            Ok(Some(it)) => it,
-                            Ok(None) => return self.finish_window(d, cursor, "shard_end").await.map(Polled::Exit),
-                            Err(e) => return Ok(Polled::Failed(e)),
-                        }
-                    }
-                };
-                if !self.drive(d, self.wait(polling.pace.until_next())).await? {
-                    polling.iterator = Some(current);
-                    return Ok(Polled::Read);
-                }
-                polling.pace.called();
-                // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it
-                // has been delivered, so the next holder reads it again from the checkpoint.
-                let read = tokio::select! {
-                    biased;
-                    _ = self.context.stop.cancelled() => None,
-                    batch = self.drive(d, self.kinesis.get_records(&stream, &shard, &current, polling.page.get())) => Some(batch?),
-                };
-                (current, read)
-            }
+        let (current, read) = match self.next_page(d, cursor, polling, &stream, &shard).await? {
+            Page::Answer(current, read) => (current, read),
+            Page::Then(polled) => return Ok(polled),
         };
         let Some(batch) = read else { return self.stopped(d, cursor).await.map(Polled::Exit) };
         let shard_label = key.to_string();
@@ -400,6 +368,68 @@ impl ShardReader {
             self.drive(d, self.wait(Some(Instant::now() + self.context.settings.idle_time))).await?;
         }
         Ok(Polled::Read)
+    }
+
+    /// The next page's answer: the one asked for ahead, or a paced GetRecords now (with an iterator got
+    /// first when there is none); `None` in the answer when a stop came first.
+    async fn next_page(
+        &self,
+        d: &mut Dispatcher,
+        cursor: &mut Cursor,
+        polling: &mut Polling,
+        stream: &Arc<str>,
+        shard: &Arc<str>,
+    ) -> Flow<Page> {
+        match polling.prefetch.take() {
+            Some(prefetch) => {
+                let read = tokio::select! {
+                    biased;
+                    _ = self.context.stop.cancelled() => None,
+                    answer = self.drive(d, prefetch.answer) => Some(answer?.unwrap_or_else(|e| {
+                        Err(KinesisError::Transport(format!("the GetRecords task ended: {e}")))
+                    })),
+                };
+                Ok(Page::Answer(prefetch.iterator, read))
+            }
+            None => {
+                let current = match polling.iterator.take() {
+                    Some(current) => current,
+                    None => {
+                        let Some(from) = start_at(&cursor.fetched) else {
+                            return Ok(Page::Then(Polled::Exit(ShardExit::Ended)));
+                        };
+                        match self.check_incarnation(d, stream, cursor).await? {
+                            RowIncarnation::Same => {}
+                            RowIncarnation::Recreated(exit) => return Ok(Page::Then(Polled::Exit(exit))),
+                            RowIncarnation::Unknown(e) => return Ok(Page::Then(Polled::Failed(e))),
+                        }
+                        match self.drive(d, self.kinesis.iterator(stream, shard, &from)).await? {
+                            Ok(Some(it)) => it,
+                            Ok(None) => {
+                                return self
+                                    .finish_window(d, cursor, "shard_end")
+                                    .await
+                                    .map(|e| Page::Then(Polled::Exit(e)));
+                            }
+                            Err(e) => return Ok(Page::Then(Polled::Failed(e))),
+                        }
+                    }
+                };
+                if !self.drive(d, self.wait(polling.pace.until_next())).await? {
+                    polling.iterator = Some(current);
+                    return Ok(Page::Then(Polled::Read));
+                }
+                polling.pace.called();
+                // A stop does not wait for a read in flight (slow on a loaded endpoint): nothing of it
+                // has been delivered, so the next holder reads it again from the checkpoint.
+                let read = tokio::select! {
+                    biased;
+                    _ = self.context.stop.cancelled() => None,
+                    batch = self.drive(d, self.kinesis.get_records(stream, shard, &current, polling.page.get())) => Some(batch?),
+                };
+                Ok(Page::Answer(current, read))
+            }
+        }
     }
 
     /// Sends the GetRecords call for the page at `iterator` in a task of its own, when the pace allows.

@@ -20,6 +20,9 @@ case "${1:-check}" in
   check)
     install
     cd "$(dirname "$0")/../.."
+    # cargo-deny reads the metadata of every platform's dependencies (windows-sys and the like), which a
+    # build on this machine never downloads: fetch them first (from crates.io; a no-op once cached).
+    cargo fetch --locked >&2 || die "cargo fetch failed"
     "$DENY" --offline --locked check --hide-inclusion-graph licenses bans sources
     ;;
   *) die "usage: $0 install|check" ;;

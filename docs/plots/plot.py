@@ -187,10 +187,10 @@ def spread(b):
         for x, r in zip(xs, mine):
             if r:
                 settled = r["settled_after_s"]
-                label = f"{r['busiest_over_best']:.2f}\n{r['moves']:.0f} moves"
-                label += f"\nsettled {settled:.0f} s" if settled is not None else "\nnever settled"
+                label = f"{r['busiest_over_best']:.2f}\n{r['moves']:.0f} mv"
+                label += f"\n{settled:.0f} s" if settled is not None else "\nnever"
                 ax.annotate(label, (x, r["busiest_over_best"]), textcoords="offset points", xytext=(0, 3),
-                            ha="center", fontsize=7)
+                            ha="center", fontsize=6.5)
         processed = [r["processed_per_s"] if r else 0 for r in mine]
         bx.bar(xs, processed, 0.35, color=colors[balance], label=f"{balance}: processed")
         for x, r in zip(xs, mine):

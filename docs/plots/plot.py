@@ -175,7 +175,7 @@ def spread(b):
     if not s:
         print("no spread data in benchmarks.json: spread.png left as it is", file=sys.stderr)
         return
-    runs = s["runs"]
+    runs = [r for r in s["runs"] if r.get("ordering", "key") == "key"]
     shapes = list(dict.fromkeys(r["shape"] for r in runs))
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
     colors = {"count": OTHER, "load": WORKER}

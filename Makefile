@@ -114,6 +114,7 @@ bench: emulators control-plane
 	cargo bench --locked -p leasehold-worker --bench processors
 	cargo bench --locked -p leasehold-worker --bench dispatch
 	cargo bench --locked -p leasehold-worker --bench scale
+	cargo bench --locked -p leasehold-worker --bench spread
 	cargo bench --locked -p leasehold-operator --bench consumers
 	cargo bench --locked -p leasehold-operator --bench lag
 	$(MAKE) bench-kcl

@@ -170,6 +170,45 @@ def dashboard():
          "cargo test -p leasehold-operator --test prometheus_live; make plots")
 
 
+def spread(b):
+    s = b.get("spread")
+    if not s:
+        print("no spread data in benchmarks.json: spread.png left as it is", file=sys.stderr)
+        return
+    runs = [r for r in s["runs"] if r.get("ordering", "key") == "key"]
+    shapes = list(dict.fromkeys(r["shape"] for r in runs))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(10, 4))
+    colors = {"count": OTHER, "load": WORKER}
+    for j, balance in enumerate(("count", "load")):
+        xs = [i + (j - 0.5) * 0.35 for i in range(len(shapes))]
+        mine = [next((r for r in runs if r["shape"] == sh and r["balance"] == balance), None) for sh in shapes]
+        ratios = [r["busiest_over_best"] if r else 0 for r in mine]
+        ax.bar(xs, ratios, 0.35, color=colors[balance], label=f"lease.balance: {balance}")
+        for x, r in zip(xs, mine):
+            if r:
+                settled = r["settled_after_s"]
+                label = f"{r['busiest_over_best']:.2f}\n{r['moves']:.0f} mv"
+                label += f"\n{settled:.0f} s" if settled is not None else "\nnever"
+                ax.annotate(label, (x, r["busiest_over_best"]), textcoords="offset points", xytext=(0, 3),
+                            ha="center", fontsize=6.5)
+        processed = [r["processed_per_s"] if r else 0 for r in mine]
+        bx.bar(xs, processed, 0.35, color=colors[balance], label=f"{balance}: processed")
+        for x, r in zip(xs, mine):
+            if r:
+                bx.hlines(r["produced_per_s"], x - 0.17, x + 0.17, colors=KCL, linestyles="dashed")
+    ax.axhline(1.15, color=KCL, linestyle="dotted", linewidth=1)
+    ax.set_xticks(range(len(shapes)), [f"{sh} stream" for sh in shapes])
+    ax.set_ylim(0, 2.3)
+    ax.set_ylabel("busiest worker / best achievable (end of run)")
+    ax.set_title("Spread of a skewed stream, 4 workers (dotted: 1.15)")
+    ax.legend(fontsize=8, loc="upper right")
+    bx.set_xticks(range(len(shapes)), [f"{sh} stream" for sh in shapes])
+    bx.set_ylabel("records/s over the run's last 40 s")
+    bx.set_title("Group's records/s (dashed: the producer's)")
+    bx.legend(fontsize=8, loc="lower right")
+    save(fig, "spread.png", f"{s['command']}, {s['date']}")
+
+
 def main():
     b = load("benchmarks.json")
     failover(b)
@@ -177,6 +216,7 @@ def main():
     scale(b)
     throughput(b)
     fanout(b)
+    spread(b)
     dashboard()
 
 

@@ -8,58 +8,20 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::ListParams;
 use leasehold_crds::window_table_name;
-use leasehold_testkit::kinesis::{numbered, put_records};
-use leasehold_testkit::process::Delivery;
+use leasehold_testkit::kinesis::put_records;
 use serde_json::{Value, json};
 use support::kubelet::{Kubelet, cli_binary};
+use support::windows::{GAP, batch, counts, deliveries_of, now_rfc3339, payloads};
 use support::{TestNamespace, aws, kubeconfig_path, wait};
 
 const SLOW: Duration = Duration::from_secs(90);
-
-/// Gap around the window's bounds: wider than any rounding of ApproximateArrivalTimestamp.
-const GAP: Duration = Duration::from_millis(1500);
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
-
-/// Every delivery of the pods of `consumer` (running, or stopped since).
-fn deliveries_of(kubelet: &Kubelet, consumer: &str) -> Vec<Delivery> {
-    let prefix = format!("{consumer}-workers-");
-    let running = kubelet.running.lock().expect("running");
-    let finished = kubelet.finished.lock().expect("finished");
-    running
-        .values()
-        .chain(finished.iter())
-        .filter(|w| w.owner.starts_with(&prefix))
-        .flat_map(|w| w.deliveries())
-        .collect()
-}
-
-/// How often each payload was delivered.
-fn counts(deliveries: &[Delivery]) -> HashMap<String, usize> {
-    let mut counts = HashMap::new();
-    for d in deliveries {
-        *counts.entry(d.data.clone()).or_default() += 1;
-    }
-    counts
-}
-
-fn payloads(records: &[(String, Vec<u8>)]) -> Vec<String> {
-    records.iter().map(|(_, d)| String::from_utf8_lossy(d).into_owned()).collect()
-}
-
-fn batch(from: u64) -> Vec<(String, Vec<u8>)> {
-    (from..from + 6).flat_map(|n| (0..8).map(move |k| numbered(&format!("key-{k}"), n))).collect()
-}
 
 /// What a finished `leasehold` run left: exit code, stdout, stderr.
 struct Run {

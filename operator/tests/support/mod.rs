@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 pub mod kubelet;
 pub mod observability;
+pub mod windows;
 
 const START_HINT: &str = "start it with `make control-plane` (tests/ground/control-plane.sh start), or run `make test`";
 

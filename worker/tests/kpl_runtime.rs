@@ -558,8 +558,12 @@ async fn the_amazon_kclpy_sample_checkpoints_at_a_sub_sequence() {
     // The sample logs each record to the shared stderr without a newline, so the worker's next log
     // line continues the sample's: wait for the text of the checkpoint line, and read the JSON of each
     // line from its first `{` once the worker has exited.
-    wait_for("the sample checkpointed", Duration::from_secs(80), async || {
-        w.stderr_text().contains("multilang child checkpoint acknowledged")
+    // The records may reach the sample in several messages: stop the worker only once it checkpointed
+    // and logged them all (a SIGTERM between messages leaves the rest to the next owner).
+    wait_for("the sample checkpointed and logged every user record", Duration::from_secs(80), async || {
+        let text = w.stderr_text();
+        text.contains("multilang child checkpoint acknowledged")
+            && text.matches("Record (Partition Key:").count() >= given.len()
     })
     .await;
     w.signal("TERM");

@@ -77,8 +77,9 @@ impl HeldLease {
 
     /// `lease` carrying the lag and load measured now, for a renewal or checkpoint to write.
     fn with_lag(&self, lease: Lease) -> Lease {
-        let lag_ms = self.lag.measure(self.wall_ms()).map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX));
-        let load = self.load.measure().or(lease.load);
+        let lag = self.lag.measure(self.wall_ms());
+        let lag_ms = lag.map(|lag| u64::try_from(lag.as_millis()).unwrap_or(u64::MAX));
+        let load = self.load.measure(lag == Some(Duration::ZERO)).or(lease.load);
         let window_records = match (lease.window_records, self.replayed.load(Ordering::Relaxed)) {
             (None, 0) => None,
             (_, n) => Some(n),

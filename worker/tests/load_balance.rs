@@ -155,7 +155,7 @@ fn holders(leases: &[leasehold_worker::lease::Lease]) -> BTreeMap<String, Vec<St
 struct Figures {
     /// Busiest worker over the best achievable, by the records the producer puts on each shard.
     ratio: f64,
-    /// The same by the loads measured in the rows (busy ms/s).
+    /// The same by the loads measured in the rows (records/s by arrival).
     measured_ratio: f64,
     /// From the producer's start until both ratios were ≤ 1.15 (`None`: not within the run).
     settled_after: Option<Duration>,
@@ -225,10 +225,8 @@ async fn skewed_group(balance: &str, scan: &str, watch: Duration) -> Figures {
     while started.elapsed() < watch {
         let leases = rows().await;
         let held = holders(&leases);
-        let measured: HashMap<String, f64> = leases
-            .iter()
-            .map(|l| (l.key.shard_id().to_string(), l.load.map_or(0.0, |l| l.busy_ms_per_s as f64)))
-            .collect();
+        let measured: HashMap<String, f64> =
+            leases.iter().map(|l| (l.key.shard_id().to_string(), l.load.map_or(0.0, |l| l.weight() as f64))).collect();
         let now = ratio(&held, nominal);
         measured_ratio = ratio(&held, |s| measured.get(s).copied().unwrap_or(0.0));
         if let Some(before) = &last
@@ -244,9 +242,9 @@ async fn skewed_group(balance: &str, scan: &str, watch: Duration) -> Figures {
         }
         if tick.is_multiple_of(10) {
             let delivered = seen.lock().unwrap().len();
-            let busy: Vec<u64> = leases.iter().map(|l| l.load.map_or(0, |l| l.busy_ms_per_s)).collect();
+            let weights: Vec<u64> = leases.iter().map(|l| l.load.map_or(0, |l| l.weight())).collect();
             println!(
-                "[{balance} +{:.0}s] {delivered} delivered; busy ms/s by shard {busy:?}",
+                "[{balance} +{:.0}s] {delivered} delivered; records/s by shard {weights:?}",
                 started.elapsed().as_secs_f64()
             );
         }

@@ -472,7 +472,8 @@ impl ShardReader {
         }
         self.context.held.lag().measure(self.context.held.wall_ms());
         let bytes: usize = records.iter().map(|r| r.data.len()).sum();
-        self.context.held.load().delivered(records.len() as u64, bytes as u64);
+        let last_arrival = records.iter().filter_map(|r| r.arrival_ms).max();
+        self.context.held.load().delivered(records.len() as u64, bytes as u64, last_arrival);
         let last_fetched = records.last().map(|r| r.sequence_number.clone());
         let window = self.context.settings.window;
         for record in records {

@@ -393,10 +393,10 @@ pub struct LeaseTimingSpec {
 pub enum LeaseBalance {
     /// Each worker holds its fair share of the leases' count.
     Count,
-    /// Each worker holds its fair share of the shards' measured load (the processor's busy time per
-    /// second, records per second when too fast to measure); a worker over the best it could carry by
-    /// 10 % for 10 s gives leases to the least loaded, two moves at a time, never a lease held for less
-    /// than three renewals.
+    /// Each worker holds its fair share of the shards' measured load (records per second of their
+    /// arrival: what each shard asks, even of a holder that falls behind); a worker over the best it
+    /// could carry by 10 % for 10 s gives leases to the least loaded, two moves at a time, each
+    /// lowering the pair's larger load by 5 % or more, never a lease held for less than three renewals.
     Load,
 }
 

@@ -366,7 +366,7 @@ impl Metrics {
         );
         self.registry.register(
             "shard_load_records_per_second",
-            "Records per second read from each held shard, as measured at its last renewal or checkpoint (a moving figure)",
+            "Records per second arriving in each held shard (by their arrival timestamps: what the shard asks, even of a holder behind), as measured at its last renewal or checkpoint (a moving figure); the figure lease.balance: load weighs",
             self.shard_load_records.clone(),
         );
         self.registry.register(

@@ -19,7 +19,8 @@ start until each holds 2 (the first time, and whether it then held for 10 s).
 kill -9 one at a random moment up to 20 s later, and time until the survivor has started a child for the victim's shard; a fresh stream per
 trial. Otherwise (throughput):
 
-Creates a fresh stream (and lease table name) on the emulators, writes the records first, then starts the
+Starts a kinesalite of its own for each run (a long-lived one slows down with every record it ever
+kept: fresh_kinesalite), creates a fresh stream (and lease table name), writes the records first, then starts the
 consumer and waits until the sample has logged every record (counted in the per-child stderr files that
 kcl-sample.sh writes). Both consumers start a child as soon as they hold a shard's lease, so the main
 figure is records/s from the first child's start to the last record: fetching and processing the backlog,
@@ -42,7 +43,7 @@ per message) and its default GetRecords limit, 1,000. `worker-batched` runs `ord
 concurrency: 500` (up to 500 waiting records of distinct keys per message) with the KCL's GetRecords
 limit, 10,000. KCL_BENCH_WORKER_CONCURRENCY and KCL_BENCH_WORKER_MAX_RECORDS override those.
 """
-import argparse, json, os, random, signal, subprocess, sys, tempfile, threading, time, uuid
+import argparse, contextlib, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time, uuid
 import boto3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -51,14 +52,62 @@ TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+# The kinesalite of the current throughput run when it has one of its own (fresh_kinesalite).
+OWN_KINESALITE = {}
+
+
 def emulators():
     out = subprocess.run([os.path.join(HERE, "emulators.sh"), "status"], capture_output=True, text=True).stdout
-    return dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    env = dict(l.split("=", 1) for l in out.splitlines() if "=" in l)
+    if OWN_KINESALITE:
+        env["LEASEHOLD_KINESIS_ENDPOINT"] = OWN_KINESALITE["endpoint"]
+        env["KINESALITE_PID"] = str(OWN_KINESALITE["pid"])
+    return env
 
 
 def endpoints():
     env = emulators()
     return env["LEASEHOLD_KINESIS_ENDPOINT"], env["LEASEHOLD_DYNAMODB_ENDPOINT"]
+
+
+@contextlib.contextmanager
+def fresh_kinesalite():
+    """A kinesalite of its own for one throughput run (and the ceiling), stopped after it. kinesalite
+    keeps every record it was ever given in memory, deleted streams too, and each GetRecords costs it
+    more CPU as that grows: on a kinesalite of 1.8 GB (a day of tests and benches) a backlog cost 5.6
+    CPU-s per 100,000 records against 3.1-3.4 on a fresh one. Sharing one across a round made every
+    later run pay for the records the earlier ones left (the Java KCL runs first in a round, the
+    batched worker last). KCL_BENCH_SHARED_KINESALITE=1 keeps the shared one."""
+    if os.environ.get("KCL_BENCH_SHARED_KINESALITE") == "1":
+        yield
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    module = os.path.join(CACHE, "npm-emulators", "node_modules", "kinesalite")
+    proc = subprocess.Popen(
+        ["node", os.path.join(HERE, "kinesalite-loopback.js"), module, "--port", str(port), "--shardLimit", "100000",
+         "--createStreamMs", "50", "--deleteStreamMs", "50", "--updateStreamMs", "50"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"a kinesalite of its own did not start on port {port}")
+                time.sleep(0.1)
+        OWN_KINESALITE.update(endpoint=f"http://127.0.0.1:{port}", pid=proc.pid)
+        yield
+    finally:
+        OWN_KINESALITE.clear()
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill(); proc.wait()
 
 
 def kinesalite_cpu():
@@ -512,8 +561,14 @@ def main():
         return
     failed = False
     for _ in range(a.rounds):
-        ceiling = emulator_ceiling(a.records, a.shards) if a.emulator_ceiling else None
-        results = {c: run(c, a.records, a.shards, a.timeout) for c in consumers}
+        ceiling = None
+        if a.emulator_ceiling:
+            with fresh_kinesalite():
+                ceiling = emulator_ceiling(a.records, a.shards)
+        results = {}
+        for c in consumers:
+            with fresh_kinesalite():
+                results[c] = run(c, a.records, a.shards, a.timeout)
         failed |= not all(r["ok"] for r in results.values())
         for base in ("java", "java3"):
             if base not in results or failed:

@@ -610,11 +610,29 @@ def busiest_over_best(owners, rate, consumers):
     return round(max(loads.values()) / best, 3)
 
 
+class Settling:
+    """busiest / best over a watch: the worst, the worst after the first 60 s, the last, and since when
+    it has been <= SPREAD_SETTLED (None: not at the end)."""
+
+    def __init__(self):
+        self.worst, self.worst_after_60, self.last, self.settled = 0.0, 0.0, None, None
+
+    def add(self, t, ratio):
+        self.worst, self.last = max(self.worst, ratio), ratio
+        if t >= 60:
+            self.worst_after_60 = max(self.worst_after_60, ratio)
+        if ratio > SPREAD_SETTLED:
+            self.settled = None
+        elif self.settled is None:
+            self.settled = t
+
+
 def spread(consumer, timeout, watch, scale=1.0):
     """4 consumers of one 8-shard stream, 2 shards hot (SPREAD_RATES x scale records/s), every record
     costing SPREAD_COST_MS / scale of its consumer's one CPU; the worker with `lease: {balance: load}`.
     The group forms on a trickle (SPREAD_FORMATION_RATE a shard); once every lease is held, the same
-    owners for 20 s, every Java daemon initialized and the backlog read, the hot rates start and the
+    owners for 20 s (or 60 s since every lease was first held), every Java daemon initialized and the
+    backlog read, the hot rates start and the
     lease table and the children's files are sampled every second for `watch` seconds."""
     kin_ep, ddb_ep = endpoints()
     creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
@@ -683,7 +701,10 @@ def spread(consumer, timeout, watch, scale=1.0):
                     formation_moves += sum(last.get(s) not in (None, o) for s, o in owners.items())
                 same_since = same_since if owners == last else now
                 last = owners
-            if (all_held and now - same_since >= 20 and all(ready(i) for i in range(SPREAD_CONSUMERS))
+            # Steady: 20 s unchanged, or 60 s after every lease was first held (a group that keeps
+            # moving leases at rest starts anyway: moves_while_forming says how many it made).
+            if (all_held and (now - same_since >= 20 or now - first_all_held >= 60)
+                    and all(ready(i) for i in range(SPREAD_CONSUMERS))
                     and processed() >= producer.total() - 2 * SPREAD_FORMATION_RATE * len(shards)):
                 break
             time.sleep(1)
@@ -696,7 +717,7 @@ def spread(consumer, timeout, watch, scale=1.0):
         # The hot shards start; watch.
         producer.rates = rates
         start = time.monotonic()
-        series, moves, worst, worst_after_60, settled, unowned = [], 0, 0.0, 0.0, None, 0
+        series, moves, unowned, idle, table, processing = [], 0, 0, 0, Settling(), Settling()
         prev = last
         with open(series_path, "w") as out:
             while time.monotonic() - start < watch:
@@ -710,16 +731,20 @@ def spread(consumer, timeout, watch, scale=1.0):
                 if len(owners) == len(shards) and all(owners.values()):
                     moves += sum(prev.get(s) not in (None, o) for s, o in owners.items())
                     prev = owners
-                    ratio = row["ratio"] = busiest_over_best(owners, rate, SPREAD_CONSUMERS)
-                    worst = max(worst, ratio)
-                    if t >= 60:
-                        worst_after_60 = max(worst_after_60, ratio)
-                    if ratio <= SPREAD_SETTLED:
-                        settled = t if settled is None else settled
-                    else:
-                        settled = None
+                    row["ratio"] = busiest_over_best(owners, rate, SPREAD_CONSUMERS)
+                    table.add(t, row["ratio"])
                 else:
                     unowned += 1
+                # Where the records are processed: the children. A shard between two owners has none
+                # (idle) or two (the old one finishing): no placement then.
+                running = {}
+                for i, ks in enumerate(kids):
+                    for k in ks:
+                        running.setdefault(k, []).append(f"bench-{i}")
+                idle += len(shards) - len(running)
+                if len(running) == len(shards) and all(len(h) == 1 for h in running.values()):
+                    row["children_ratio"] = busiest_over_best({k: h[0] for k, h in running.items()}, rate, SPREAD_CONSUMERS)
+                    processing.add(t, row["children_ratio"])
                 series.append(row)
                 out.write(json.dumps(row) + "\n"); out.flush()
                 time.sleep(max(0.0, start + len(series) - time.monotonic()))
@@ -728,9 +753,12 @@ def spread(consumer, timeout, watch, scale=1.0):
         span = window[-1]["t"] - window[0]["t"]
         per_consumer = [round((b - a) / span, 1) for a, b in zip(window[0]["processed"], window[-1]["processed"])]
         result.update({
-            "busiest_over_best_end": busiest_over_best(prev, rate, SPREAD_CONSUMERS),
-            "worst_busiest_over_best": worst, "worst_after_60s": worst_after_60,
-            "settled_after_s": settled, "moves": moves, "samples_with_a_free_lease": unowned,
+            "busiest_over_best_end": table.last, "worst_busiest_over_best": table.worst,
+            "worst_after_60s": table.worst_after_60, "settled_after_s": table.settled,
+            # The same by the children (where records are processed), and the shard-seconds no child ran.
+            "children_busiest_over_best_end": processing.last, "children_worst_after_60s": processing.worst_after_60,
+            "children_settled_after_s": processing.settled, "shard_s_without_child": idle,
+            "moves": moves, "samples_with_a_free_lease": unowned,
             "final": by_owner(prev),
             "processed_per_s_last_60s": round(sum(per_consumer), 1), "per_consumer_per_s_last_60s": per_consumer,
             "produced_per_s_last_60s": round(producer.total(stopped - span) / span, 1),

@@ -4,6 +4,7 @@
   kcl-bench.py java|worker|worker-batched|both|all [--records 100000] [--shards 4] [--rounds 1]
   kcl-bench.py java|worker|both --failover TRIALS
   kcl-bench.py java,java3,worker --handoff TRIALS | --join TRIALS
+  kcl-bench.py java,java3,worker --spread TRIALS [--watch 300] [--scale 1]
 
 The consumer may be a comma-separated list: java (the Java KCL 2.5.4), java3 (the Java KCL 3.x, 3.1.3,
 its tables in the separate moto of tests/ground/moto-kcl.sh: dynalite refuses its lease table's GSI, and
@@ -14,6 +15,25 @@ worker, worker-batched.
 cooperative handoff): seconds until the survivor has started a child for the leaving one's shard.
 --join: one consumer holding all 4 shards of a stream, a second one joins: seconds from the second's
 start until each holds 2 (the first time, and whether it then held for 10 s).
+
+--spread: the hot-shard spread of worker/benches/spread.rs beside the Java KCL. 4 consumers (daemons or
+worker processes, started together) of a fresh 8-shard stream; a producer thread writes each shard its
+own rate by explicit hash keys: 2 hot shards at 180 records/s, 6 cold at 60 (720/s; --scale multiplies
+every rate and divides the cost). Every record costs 5 ms of its consumer's one CPU, shared by all that
+consumer's children (tests/ground/kcl-spread-sample.py, the unchanged sample behind a per-consumer
+schedule file: 200 records/s a consumer whatever shards it holds; kcl-sample.sh runs it when
+KCL_BENCH_RECORD_COST_MS is set, so both sides pay the same). The worker runs `lease: {balance: load}`,
+the Java daemons their defaults (the 2.5.4 balances lease counts, the 3.x by measured throughput) with
+workerId bench-0..3. The group forms on a trickle of 5 records/s a shard (the KCL 3.x assigns nothing on
+an idle stream); once every lease is held and steady and the backlog read, the hot rates start and every
+second for --watch seconds the lease table (leaseOwner, or the worker's lease_owner) and each consumer's
+children (their shard, from the KCL_BENCH_SHARD line each child logs) are sampled, with the records each
+consumer's children logged. One JSON line per consumer kind: the busiest consumer's offered load (the
+producer's rates of the shards it holds) over the best achievable (max(mean, hottest shard)) at the
+start, at the end and the worst after the first 60 s, by the table and by the children; seconds until it
+was <= 1.15x for good; lease owner changes during the watch; repeats (records logged twice, by shard and
+sequence number); records/s processed over the last 60 s against produced. Each second's sample is in
+the `series` file next to the first consumer's log.
 
 --failover: two consumers of a 2-shard stream, one lease each (children counted in their process trees),
 kill -9 one at a random moment up to 20 s later, and time until the survivor has started a child for the victim's shard; a fresh stream per

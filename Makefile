@@ -133,7 +133,8 @@ test-node: emulators control-plane test-images node
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
 ## CPU and memory on the same backlog, then failover after kill -9 (3 trials each); then the KCL 3.x
 ## (java3, its tables on moto-kcl) beside them, and SIGTERM handoff and a worker joining, under a trickle of
-## 20 records/s (the KCL 3.x never moves a lease of an idle stream).
+## 20 records/s (the KCL 3.x never moves a lease of an idle stream); then the hot-shard spread (4 consumers,
+## 8 shards, 2 hot, a fixed cost per record on each consumer's CPU; the worker with lease.balance: load).
 bench-kcl: emulators moto-kcl
 	$(GROUND)/kcl-bench.sh all --records 100000
 	$(GROUND)/kcl-bench.sh both --failover 3 --timeout 400
@@ -141,6 +142,7 @@ bench-kcl: emulators moto-kcl
 	$(GROUND)/kcl-bench.sh java3 --failover 3 --timeout 400 --trickle 20
 	$(GROUND)/kcl-bench.sh java,java3,worker --handoff 3 --timeout 400 --trickle 20
 	$(GROUND)/kcl-bench.sh java,java3,worker --join 3 --timeout 400 --trickle 20
+	$(GROUND)/kcl-bench.sh java,java3,worker --spread 1 --watch 300 --timeout 400
 
 ## The whole loop, narrated, on a real node: control plane, emulators, the node with the project's images,
 ## the operator; apply a consumer, records through real worker pods, delete a pod and kill a container and

@@ -4,6 +4,7 @@
   kcl-bench.py java|worker|worker-batched|both|all [--records 100000] [--shards 4] [--rounds 1]
   kcl-bench.py java|worker|both --failover TRIALS
   kcl-bench.py java,java3,worker --handoff TRIALS | --join TRIALS
+  kcl-bench.py java,java3,worker --spread TRIALS [--watch 300] [--scale 1]
 
 The consumer may be a comma-separated list: java (the Java KCL 2.5.4), java3 (the Java KCL 3.x, 3.1.3,
 its tables in the separate moto of tests/ground/moto-kcl.sh: dynalite refuses its lease table's GSI, and
@@ -14,6 +15,25 @@ worker, worker-batched.
 cooperative handoff): seconds until the survivor has started a child for the leaving one's shard.
 --join: one consumer holding all 4 shards of a stream, a second one joins: seconds from the second's
 start until each holds 2 (the first time, and whether it then held for 10 s).
+
+--spread: the hot-shard spread of worker/benches/spread.rs beside the Java KCL. 4 consumers (daemons or
+worker processes, started together) of a fresh 8-shard stream; a producer thread writes each shard its
+own rate by explicit hash keys: 2 hot shards at 180 records/s, 6 cold at 60 (720/s; --scale multiplies
+every rate and divides the cost). Every record costs 5 ms of its consumer's one CPU, shared by all that
+consumer's children (tests/ground/kcl-spread-sample.py, the unchanged sample behind a per-consumer
+schedule file: 200 records/s a consumer whatever shards it holds; kcl-sample.sh runs it when
+KCL_BENCH_RECORD_COST_MS is set, so both sides pay the same). The worker runs `lease: {balance: load}`,
+the Java daemons their defaults (the 2.5.4 balances lease counts, the 3.x by measured throughput) with
+workerId bench-0..3. The group forms on a trickle of 5 records/s a shard (the KCL 3.x assigns nothing on
+an idle stream); once every lease is held and steady and the backlog read, the hot rates start and every
+second for --watch seconds the lease table (leaseOwner, or the worker's lease_owner) and each consumer's
+children (their shard, from the KCL_BENCH_SHARD line each child logs) are sampled, with the records each
+consumer's children logged. One JSON line per consumer kind: the busiest consumer's offered load (the
+producer's rates of the shards it holds) over the best achievable (max(mean, hottest shard)) at the
+start, at the end and the worst after the first 60 s, by the table and by the children; seconds until it
+was <= 1.15x for good; lease owner changes during the watch; repeats (records logged twice, by shard and
+sequence number); records/s processed over the last 60 s against produced. Each second's sample is in
+the `series` file next to the first consumer's log.
 
 --failover: two consumers of a 2-shard stream, one lease each (children counted in their process trees),
 kill -9 one at a random moment up to 20 s later, and time until the survivor has started a child for the victim's shard; a fresh stream per
@@ -43,7 +63,7 @@ per message) and its default GetRecords limit, 1,000. `worker-batched` runs `ord
 concurrency: 500` (up to 500 waiting records of distinct keys per message) with the KCL's GetRecords
 limit, 10,000. KCL_BENCH_WORKER_CONCURRENCY and KCL_BENCH_WORKER_MAX_RECORDS override those.
 """
-import argparse, contextlib, json, os, random, signal, socket, subprocess, sys, tempfile, threading, time, uuid
+import argparse, contextlib, json, os, random, re, signal, socket, subprocess, sys, tempfile, threading, time, uuid
 import boto3
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -167,10 +187,11 @@ def kcl3_dynamodb():
     return dict(l.split("=", 1) for l in out.stdout.splitlines() if "=" in l)["LEASEHOLD_KCL_DYNAMODB_ENDPOINT"]
 
 
-def java_command(work, name, kin_ep, ddb_ep, child, version=None):
+def java_command(work, name, kin_ep, ddb_ep, child, version=None, worker_id=None):
     """The MultiLangDaemon's command line and the h2c proxy it needs in front of kinesalite. version:
     KCL_VERSION (default 2.5.4); a 3.x keeps its tables in moto (kcl3_dynamodb) and names the SDK v2
-    credentials provider (the 3.x multilang no longer knows the v1 chain)."""
+    credentials provider (the 3.x multilang no longer knows the v1 chain). worker_id: the daemon's
+    workerId (the lease owner its rows name; by default the KCL makes one up)."""
     version = version or os.environ.get("KCL_VERSION", "2.5.4")
     if version.startswith("3."):
         ddb_ep = kcl3_dynamodb()
@@ -194,22 +215,25 @@ regionName = us-east-1
 kinesisEndpoint = {kin_ep}
 dynamoDBEndpoint = {ddb_ep}
 metricsLevel = NONE
+{f"workerId = {worker_id}" if worker_id else ""}
 {os.environ.get('KCL_BENCH_EXTRA_PROPERTIES', '')}
 """)
     opts = ["-Daws.cborEnabled=false", *os.environ.get("KCL_BENCH_JAVA_OPTS", "").split()]
     return ["java", *opts, "-cp", jars, "software.amazon.kinesis.multilang.MultiLangDaemon", "--properties-file", props], proxy
 
 
-def consumer_command(consumer, work, name, kin_ep, ddb_ep, child, owner="bench-1"):
-    """The command line (and proxy) of any consumer kind."""
+def consumer_command(consumer, work, name, kin_ep, ddb_ep, child, owner="bench-1", java_worker_id=False, lease=None):
+    """The command line (and proxy) of any consumer kind. java_worker_id: the Java daemons too run as
+    `owner`; lease: the worker's `lease:` settings."""
+    worker_id = owner if java_worker_id else None
     if consumer == "java":
-        return java_command(work, name, kin_ep, ddb_ep, child, os.environ.get("KCL_VERSION", "2.5.4"))
+        return java_command(work, name, kin_ep, ddb_ep, child, os.environ.get("KCL_VERSION", "2.5.4"), worker_id)
     if consumer == "java3":
-        return java_command(work, name, kin_ep, ddb_ep, child, os.environ.get("KCL3_VERSION", "3.1.3"))
-    return worker_command(work, name, kin_ep, ddb_ep, child, batched=consumer == "worker-batched", owner=owner)
+        return java_command(work, name, kin_ep, ddb_ep, child, os.environ.get("KCL3_VERSION", "3.1.3"), worker_id)
+    return worker_command(work, name, kin_ep, ddb_ep, child, batched=consumer == "worker-batched", owner=owner, lease=lease)
 
 
-def worker_command(work, name, kin_ep, ddb_ep, child, batched=False, owner="bench-1"):
+def worker_command(work, name, kin_ep, ddb_ep, child, batched=False, owner="bench-1", lease=None):
     binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
     cfg = os.path.join(work, "worker.yaml")
     concurrency = os.environ.get("KCL_BENCH_WORKER_CONCURRENCY", "500" if batched else None)
@@ -225,6 +249,8 @@ startPosition: TRIM_HORIZON
 processor: {{multilang: {{command: ['{child}'], timeout: 60s}}}}
 {ordering}
 """)
+        if lease:
+            f.write(f"lease: {lease}\n")
     return [binary, "--config", cfg, "--owner-id", owner, "--metrics-addr", "127.0.0.1:0"], None
 
 
@@ -518,6 +544,318 @@ def join(consumer, timeout, rate=0):
         print(json.dumps(result), flush=True)
 
 
+# --spread: 4 consumers of 8 shards, 2 of them hot (worker/benches/spread.rs's 3x stream).
+SPREAD_CONSUMERS = 4
+# Records/s per shard, the shards in the order of their hash ranges: 2 hot shards at 3x the others.
+SPREAD_RATES = (60, 180, 60, 60, 60, 60, 180, 60)
+# Each record's cost on its consumer's one CPU: 200 records/s a consumer, whatever shards it holds.
+SPREAD_COST_MS = 5.0
+# Records/s per shard while the group forms (the KCL 3.x assigns nothing on an idle stream).
+SPREAD_FORMATION_RATE = 5
+SPREAD_SETTLED = 1.15
+SPREAD_WINDOW = 60
+
+
+class SkewedProducer:
+    """Writes rates[i] records/s of 100 B to the i-th shard (by its hash range: explicit hash keys, the
+    range's start; 4 partition keys a shard) in ticks of 100 ms, from a thread, until stop(); a late
+    tick is not made up. `rates` may be replaced while it runs. written: (monotonic time, records) a tick."""
+
+    def __init__(self, kinesis, name, shards, rates):
+        self.kinesis, self.name, self.shards, self.rates = kinesis, name, shards, list(rates)
+        self.written, self._stop = [], threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self):
+        owed, n, tick = [0.0] * len(self.shards), 0, 0.1
+        due = time.monotonic()
+        while not self._stop.is_set():
+            batch = []
+            for i, (shard, start) in enumerate(self.shards):
+                owed[i] += self.rates[i] * tick
+                k = int(owed[i])
+                owed[i] -= k
+                batch += [{"Data": f"{shard}:{n}:{j}:".encode().ljust(100, b"x"), "PartitionKey": f"{shard}-k{j % 4}",
+                           "ExplicitHashKey": str(start)} for j in range(k)]
+            n += 1
+            for i in range(0, len(batch), 500):
+                pending = batch[i:i + 500]
+                while pending:
+                    try:
+                        r = self.kinesis.put_records(StreamName=self.name, Records=pending)
+                        pending = [e for e, out in zip(pending, r["Records"]) if out.get("ErrorCode")]
+                    except Exception as e:  # retried: every record is written once
+                        print(json.dumps({"producer_error": str(e)}), file=sys.stderr, flush=True)
+                        time.sleep(0.1)
+            self.written.append((time.monotonic(), len(batch)))
+            due += tick
+            if due > time.monotonic():
+                self._stop.wait(due - time.monotonic())
+            else:
+                due = time.monotonic()
+
+    def total(self, since=0.0):
+        return sum(n for t, n in self.written if t >= since)
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+
+class ChildFiles:
+    """One consumer's per-child stderr files (kcl-sample.sh, named <pid>.err): the records logged in them,
+    counted as the files grow, and each child's shard (the KCL_BENCH_SHARD line of kcl-spread-sample.py)."""
+    MARK = b"Record (Partition Key:"
+
+    def __init__(self, d):
+        self.d, self.offsets, self.tails, self.shards, self.n = d, {}, {}, {}, 0
+
+    def update(self):
+        for name in os.listdir(self.d):
+            with open(os.path.join(self.d, name), "rb") as f:
+                if name not in self.shards:
+                    found = re.search(rb"KCL_BENCH_SHARD (\S+)\n", f.read(512))
+                    if found:
+                        self.shards[name] = found.group(1).decode()
+                f.seek(self.offsets.get(name, 0))
+                new = f.read()
+            if new:
+                self.offsets[name] = self.offsets.get(name, 0) + len(new)
+                tail = self.tails.get(name, b"")  # shorter than MARK: holds none whole
+                self.n += (tail + new).count(self.MARK)
+                self.tails[name] = (tail + new)[-(len(self.MARK) - 1):]
+        return self.n
+
+    def shard_of(self, pid):
+        return self.shards.get(f"{pid}.err")
+
+    def records(self):
+        """(shard, sequence number) of every record logged, repeats included."""
+        out = []
+        for name in os.listdir(self.d):
+            with open(os.path.join(self.d, name), "rb") as f:
+                data = f.read()
+            shard = self.shards.get(name) or "?"
+            out += [(shard, seq) for seq in re.findall(rb"Sequence Number: (\d+),", data)]
+        return out
+
+
+def lease_owners(dynamodb, table):
+    """shardId -> owner (None while free) from any side's lease table: the KCL's leaseKey (the shard id)
+    and leaseOwner, the worker's lease_key (<stream>:<shardId>) and lease_owner. {} until it exists."""
+    items, kwargs = [], {"TableName": table, "ConsistentRead": True}
+    try:
+        while True:
+            page = dynamodb.scan(**kwargs)
+            items += page["Items"]
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    except dynamodb.exceptions.ResourceNotFoundException:
+        return {}
+    out = {}
+    for item in items:
+        key = (item.get("leaseKey") or item.get("lease_key") or {}).get("S", "")
+        if "shardId-" in key:
+            out[key.rsplit(":", 1)[-1]] = (item.get("leaseOwner") or item.get("lease_owner") or {}).get("S")
+    return out
+
+
+def by_owner(owners):
+    out = {}
+    for shard, owner in sorted(owners.items()):
+        out.setdefault(owner, []).append(shard)
+    return out
+
+
+def busiest_over_best(owners, rate, consumers):
+    """The busiest consumer's offered load (the producer's rates of the shards it holds) over the best
+    achievable: the larger of the mean over `consumers` and the hottest shard."""
+    loads = {}
+    for shard, owner in owners.items():
+        loads[owner] = loads.get(owner, 0) + rate[shard]
+    best = max(sum(rate.values()) / consumers, max(rate.values()))
+    return round(max(loads.values()) / best, 3)
+
+
+class Settling:
+    """busiest / best over a watch: the worst, the worst after the first 60 s, the last, and since when
+    it has been <= SPREAD_SETTLED (None: not at the end)."""
+
+    def __init__(self):
+        self.worst, self.worst_after_60, self.last, self.settled = 0.0, 0.0, None, None
+
+    def add(self, t, ratio):
+        self.worst, self.last = max(self.worst, ratio), ratio
+        if t >= 60:
+            self.worst_after_60 = max(self.worst_after_60, ratio)
+        if ratio > SPREAD_SETTLED:
+            self.settled = None
+        elif self.settled is None:
+            self.settled = t
+
+
+def spread(consumer, timeout, watch, scale=1.0):
+    """4 consumers of one 8-shard stream, 2 shards hot (SPREAD_RATES x scale records/s), every record
+    costing SPREAD_COST_MS / scale of its consumer's one CPU; the worker with `lease: {balance: load}`.
+    The group forms on a trickle (SPREAD_FORMATION_RATE a shard); once every lease is held, the same
+    owners for 20 s (or 60 s since every lease was first held), every Java daemon initialized and the
+    backlog read, the hot rates start and the
+    lease table and the children's files are sampled every second for `watch` seconds."""
+    kin_ep, ddb_ep = endpoints()
+    creds = dict(region_name="us-east-1", aws_access_key_id="leasehold-test", aws_secret_access_key="leasehold-test")
+    kinesis = boto3.client("kinesis", endpoint_url=kin_ep, **creds)
+    table_ep = kcl3_dynamodb() if consumer == "java3" else ddb_ep
+    dynamodb = boto3.client("dynamodb", endpoint_url=table_ep, **creds)
+    name = f"kclspread-{consumer}-{uuid.uuid4().hex[:8]}"
+    kinesis.create_stream(StreamName=name, ShardCount=len(SPREAD_RATES))
+    kinesis.get_waiter("stream_exists").wait(StreamName=name, WaiterConfig={"Delay": 1})
+    shards = sorted(((s["ShardId"], int(s["HashKeyRange"]["StartingHashKey"]))
+                     for s in kinesis.list_shards(StreamName=name)["Shards"]), key=lambda s: s[1])
+    rates = [r * scale for r in SPREAD_RATES]
+    rate = {shard: r for (shard, _), r in zip(shards, rates)}
+    producer = SkewedProducer(kinesis, name, shards, [SPREAD_FORMATION_RATE] * len(shards))
+    child = os.path.join(HERE, "kcl-sample.sh")
+    procs, proxies, logs, files = [], [], [], []
+    binary = os.environ.get("LEASEHOLD_WORKER_BIN", os.path.join(CACHE, "target/release/leasehold-worker"))
+    result = {"consumer": consumer, "mode": "spread", "ok": False, "consumers": SPREAD_CONSUMERS,
+              "rates_per_s": rates, "record_cost_ms": round(SPREAD_COST_MS / scale, 2), "watch_s": watch,
+              "lease": "{balance: load}" if consumer.startswith("worker") else "default", "logs": logs,
+              "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if consumer.startswith("worker"):
+        result["worker_bin_mtime_utc"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(os.stat(binary).st_mtime))
+    t0 = time.monotonic()
+    for i in range(SPREAD_CONSUMERS):
+        work = tempfile.mkdtemp(prefix=f"{name}-{i}-")
+        counts = os.path.join(work, "counts"); os.mkdir(counts)
+        env = dict(os.environ, AWS_ACCESS_KEY_ID="leasehold-test", AWS_SECRET_ACCESS_KEY="leasehold-test",
+                   AWS_REGION="us-east-1", KCL_BENCH_COUNT_DIR=counts,
+                   KCL_BENCH_RECORD_COST_MS=str(SPREAD_COST_MS / scale), KCL_BENCH_CPU_FILE=os.path.join(work, "cpu"),
+                   KCL_BENCH_PYTHON=os.environ.get("KCL_BENCH_PYTHON", sys.executable))
+        env.setdefault("RUST_LOG", "info")
+        cmd, proxy = consumer_command(consumer, work, name, kin_ep, ddb_ep, child, owner=f"bench-{i}",
+                                      java_worker_id=True, lease="{balance: load}")
+        proxies.append(proxy)
+        log = open(os.path.join(work, "consumer.log"), "wb")
+        logs.append(log.name)
+        files.append(ChildFiles(counts))
+        procs.append(subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+    series_path = os.path.join(os.path.dirname(logs[0]), "spread-series.jsonl")
+    result["series"] = series_path
+
+    def ready(i):
+        # A MultiLangDaemon is up once its scheduler has initialized; a worker at once.
+        if not consumer.startswith("java"):
+            return True
+        with open(logs[i], "rb") as f:
+            return b"Initialization complete" in f.read()
+
+    def processed():
+        return sum(f.update() for f in files)
+
+    try:
+        # The group forms.
+        first_all_held, same_since, last, formation_moves = None, None, None, 0
+        while True:
+            now = time.monotonic()
+            if now - t0 > timeout:
+                result["error"] = f"never formed: owners {by_owner(lease_owners(dynamodb, name))}"
+                return result
+            owners = lease_owners(dynamodb, name)
+            all_held = len(owners) == len(shards) and all(owners.values())
+            if all_held:
+                first_all_held = first_all_held or now
+                if last is not None:
+                    formation_moves += sum(last.get(s) not in (None, o) for s, o in owners.items())
+                same_since = same_since if owners == last else now
+                last = owners
+            # Steady: 20 s unchanged, or 60 s after every lease was first held (a group that keeps
+            # moving leases at rest starts anyway: moves_while_forming says how many it made).
+            if (all_held and (now - same_since >= 20 or now - first_all_held >= 60)
+                    and all(ready(i) for i in range(SPREAD_CONSUMERS))
+                    and processed() >= producer.total() - 2 * SPREAD_FORMATION_RATE * len(shards)):
+                break
+            time.sleep(1)
+        result["formed_after_s"] = round(time.monotonic() - t0, 1)
+        result["all_held_after_s"] = round(first_all_held - t0, 1)
+        result["moves_while_forming"] = formation_moves
+        result["placement_at_start"] = by_owner(last)
+        result["busiest_over_best_at_start"] = busiest_over_best(last, rate, SPREAD_CONSUMERS)
+
+        # The hot shards start; watch.
+        producer.rates = rates
+        start = time.monotonic()
+        series, moves, unowned, idle, table, processing = [], 0, 0, 0, Settling(), Settling()
+        prev = last
+        with open(series_path, "w") as out:
+            while time.monotonic() - start < watch:
+                t = round(time.monotonic() - start, 1)
+                owners = lease_owners(dynamodb, name)
+                counts = [f.update() for f in files]
+                kids = [sorted(filter(None, (files[i].shard_of(p) for p in tree(proc.pid)[1:])))
+                        for i, proc in enumerate(procs)]
+                row = {"t": t, "owners": by_owner(owners), "processed": counts, "children": kids,
+                       "written": producer.total()}
+                if len(owners) == len(shards) and all(owners.values()):
+                    moves += sum(prev.get(s) not in (None, o) for s, o in owners.items())
+                    prev = owners
+                    row["ratio"] = busiest_over_best(owners, rate, SPREAD_CONSUMERS)
+                    table.add(t, row["ratio"])
+                else:
+                    unowned += 1
+                # Where the records are processed: the children. A shard between two owners has none
+                # (idle) or two (the old one finishing): no placement then.
+                running = {}
+                for i, ks in enumerate(kids):
+                    for k in ks:
+                        running.setdefault(k, []).append(f"bench-{i}")
+                idle += len(shards) - len(running)
+                if len(running) == len(shards) and all(len(h) == 1 for h in running.values()):
+                    row["children_ratio"] = busiest_over_best({k: h[0] for k, h in running.items()}, rate, SPREAD_CONSUMERS)
+                    processing.add(t, row["children_ratio"])
+                series.append(row)
+                out.write(json.dumps(row) + "\n"); out.flush()
+                time.sleep(max(0.0, start + len(series) - time.monotonic()))
+        stopped = time.monotonic()
+        window = [r for r in series if r["t"] >= series[-1]["t"] - SPREAD_WINDOW]
+        span = window[-1]["t"] - window[0]["t"]
+        per_consumer = [round((b - a) / span, 1) for a, b in zip(window[0]["processed"], window[-1]["processed"])]
+        result.update({
+            "busiest_over_best_end": table.last, "worst_busiest_over_best": table.worst,
+            "worst_after_60s": table.worst_after_60, "settled_after_s": table.settled,
+            # The same by the children (where records are processed), and the shard-seconds no child ran.
+            "children_busiest_over_best_end": processing.last, "children_worst_after_60s": processing.worst_after_60,
+            "children_settled_after_s": processing.settled, "shard_s_without_child": idle,
+            "moves": moves, "samples_with_a_free_lease": unowned,
+            "final": by_owner(prev),
+            "processed_per_s_last_60s": round(sum(per_consumer), 1), "per_consumer_per_s_last_60s": per_consumer,
+            "produced_per_s_last_60s": round(producer.total(stopped - span) / span, 1),
+        })
+        producer.stop()
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL); p.wait()
+        records = [r for f in files for r in f.records()]
+        result.update({"written": producer.total(), "processed": len(records), "repeats": len(records) - len(set(records)),
+                       "backlog_at_stop": producer.total() - len(set(records)),
+                       "unknown_shard_records": sum(s == "?" for s, _ in records),
+                       "load_average_1m": round(os.getloadavg()[0], 1)})
+        result["ok"] = True
+        return result
+    finally:
+        producer.stop()
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        for proxy in proxies:
+            if proxy:
+                proxy.terminate(); proxy.wait()
+        print(json.dumps(result), flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     kinds = ["java", "java3", "worker", "worker-batched"]
@@ -542,8 +880,20 @@ def main():
                     help="with --failover/--handoff/--join: write this many records/s to the stream meanwhile")
     ap.add_argument("--emulator-ceiling", action="store_true",
                     help="with throughput rounds: first measure kinesalite's own ceiling (a plain GetRecords loop)")
+    ap.add_argument("--spread", type=int, metavar="TRIALS", default=0,
+                    help="instead of throughput: 4 consumers of 8 shards, 2 of them hot, TRIALS times per consumer")
+    ap.add_argument("--watch", type=float, metavar="SECONDS", default=300,
+                    help="with --spread: how long to watch once the hot shards start")
+    ap.add_argument("--scale", type=float, default=1.0,
+                    help="with --spread: every shard's rate times this, every record's cost over it")
     a = ap.parse_args()
     consumers = a.consumer
+    if a.spread:
+        ok = True
+        for _ in range(a.spread):
+            for c in consumers:
+                ok &= spread(c, a.timeout, a.watch, a.scale)["ok"]
+        sys.exit(0 if ok else 1)
     for mode, trials, figure, trial in (("failover", a.failover, "failover_s", lambda c: failover(c, a.timeout, rate=a.trickle)),
                                         ("handoff", a.handoff, "failover_s", lambda c: failover(c, a.timeout, signal.SIGTERM, a.trickle)),
                                         ("join", a.join, "rebalance_s", lambda c: join(c, a.timeout, a.trickle))):

@@ -131,12 +131,13 @@ test-node: emulators control-plane test-images node
 	cargo test --locked -p leasehold-operator --features real-node --test node_e2e --test node_chart --test node_scaling
 
 ## The Java KCL MultiLangDaemon and the worker side by side (same amazon_kclpy sample): throughput,
-## CPU and memory on the same backlog, then failover after kill -9 (3 trials each); then the KCL 3.x
+## CPU and memory on the same backlog (2 rounds, each run on a kinesalite of its own, beside the emulator's
+## own ceiling), then failover after kill -9 (3 trials each); then the KCL 3.x
 ## (java3, its tables on moto-kcl) beside them, and SIGTERM handoff and a worker joining, under a trickle of
 ## 20 records/s (the KCL 3.x never moves a lease of an idle stream); then the hot-shard spread (4 consumers,
 ## 8 shards, 2 hot, a fixed cost per record on each consumer's CPU; the worker with lease.balance: load).
 bench-kcl: emulators moto-kcl
-	$(GROUND)/kcl-bench.sh all --records 100000
+	$(GROUND)/kcl-bench.sh all --records 100000 --rounds 2 --emulator-ceiling
 	$(GROUND)/kcl-bench.sh both --failover 3 --timeout 400
 	$(GROUND)/kcl-bench.sh java3,worker,worker-batched --records 100000
 	$(GROUND)/kcl-bench.sh java3 --failover 3 --timeout 400 --trickle 20

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -54,12 +55,17 @@ pub type Running = Arc<Mutex<HashMap<String, WorkerProcess>>>;
 /// Processes of deleted pods, once they exited (their output read to the end).
 pub type Finished = Arc<Mutex<Vec<WorkerProcess>>>;
 
+/// How many processes of deleted pods are between `running` and `finished` (signalled, not yet exited).
+pub type Exiting = Arc<AtomicUsize>;
+
 /// Runs the worker pods matching `selector` in `namespace` until `stop`.
 pub struct Kubelet {
     /// The processes, by pod name.
     pub running: Running,
     /// The processes of pods deleted since, after they exited.
     pub finished: Finished,
+    /// Processes of deleted pods still exiting: in neither list, so their output is in neither.
+    pub exiting: Exiting,
     stop: CancellationToken,
 }
 
@@ -68,19 +74,30 @@ impl Kubelet {
     pub fn start(client: Client, namespace: &str, selector: &str) -> Self {
         let running: Running = Arc::default();
         let finished: Finished = Arc::default();
+        let exiting: Exiting = Arc::default();
         let stop = CancellationToken::new();
         let (pods, config_maps) =
             (Api::<Pod>::namespaced(client.clone(), namespace), Api::<ConfigMap>::namespaced(client, namespace));
-        let (state, exited, token, selector) = (running.clone(), finished.clone(), stop.clone(), selector.to_string());
+        let (state, token, selector) = (running.clone(), stop.clone(), selector.to_string());
+        let ended = Ended { finished: finished.clone(), exiting: exiting.clone() };
         tokio::spawn(async move {
             while !token.is_cancelled() {
                 if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
-                    sync(&pods, &config_maps, &state, &exited, list.items).await;
+                    sync(&pods, &config_maps, &state, &ended, list.items).await;
                 }
                 tokio::time::sleep(Duration::from_millis(250)).await;
             }
         });
-        Self { running, finished, stop }
+        Self { running, finished, exiting, stop }
+    }
+
+    /// Waits (up to 20 s) until no process of a deleted pod is still exiting, so that `running` and
+    /// `finished` together hold every process's output.
+    pub fn wait_exited(&self) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while self.exiting.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Names of the pods running as processes.
@@ -98,22 +115,31 @@ impl Drop for Kubelet {
     }
 }
 
-async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, finished: &Finished, listed: Vec<Pod>) {
+/// Where processes of deleted pods go.
+struct Ended {
+    finished: Finished,
+    exiting: Exiting,
+}
+
+async fn sync(pods: &Api<Pod>, config_maps: &Api<ConfigMap>, running: &Running, ended: &Ended, listed: Vec<Pod>) {
     let alive: Vec<String> =
         listed.iter().filter(|p| p.metadata.deletion_timestamp.is_none()).map(|p| p.name_any()).collect();
     // Pods gone (or terminating): SIGTERM their processes, as the kubelet would.
     let gone: Vec<WorkerProcess> = {
         let mut state = running.lock().expect("running");
         let names: Vec<String> = state.keys().filter(|n| !alive.contains(n)).cloned().collect();
+        // Counted as exiting before they leave `running`, under its lock: never in no list uncounted.
+        ended.exiting.fetch_add(names.len(), Ordering::SeqCst);
         names.into_iter().filter_map(|n| state.remove(&n)).collect()
     };
     for process in gone {
         process.signal("TERM");
-        let finished = finished.clone();
+        let (finished, exiting) = (ended.finished.clone(), ended.exiting.clone());
         std::thread::spawn(move || {
             let mut process = process;
             let _ = process.wait_exit(Duration::from_secs(10));
             finished.lock().expect("finished").push(process);
+            exiting.fetch_sub(1, Ordering::SeqCst);
         });
     }
     for pod in listed.into_iter().filter(|p| alive.contains(&p.name_any())) {

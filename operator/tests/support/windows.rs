@@ -19,6 +19,8 @@ pub fn now_rfc3339() -> String {
 
 /// Every delivery of the pods of `consumer` (running, or stopped since).
 pub fn deliveries_of(kubelet: &Kubelet, consumer: &str) -> Vec<Delivery> {
+    // A pod scaled away is read once its process exited (a window's pods, scaled to zero).
+    kubelet.wait_exited();
     let prefix = format!("{consumer}-workers-");
     let running = kubelet.running.lock().expect("running");
     let finished = kubelet.finished.lock().expect("finished");

@@ -382,6 +382,19 @@ def trickle(kinesis, name, rate):
     return stop
 
 
+def stop_consumers(procs, proxies):
+    """Kills every consumer's process group and stops the KCL daemons' h2c proxies."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+    for proxy in proxies:
+        if proxy:
+            proxy.terminate(); proxy.wait()
+
+
 def children(pid):
     """How many shard children (processes below the consumer) are alive: one per lease held."""
     return len(tree(pid)) - 1
@@ -458,15 +471,7 @@ def failover(consumer, timeout, sig=signal.SIGKILL, rate=0):
         return result
     finally:
         stop_trickle.set()
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        for proxy in proxies:
-            if proxy:
-                proxy.terminate(); proxy.wait()
+        stop_consumers(procs, proxies)
         print(json.dumps(result), flush=True)
 
 
@@ -532,15 +537,7 @@ def join(consumer, timeout, rate=0):
         return result
     finally:
         stop_trickle.set()
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        for proxy in proxies:
-            if proxy:
-                proxy.terminate(); proxy.wait()
+        stop_consumers(procs, proxies)
         print(json.dumps(result), flush=True)
 
 
@@ -844,15 +841,7 @@ def spread(consumer, timeout, watch, scale=1.0):
         return result
     finally:
         producer.stop()
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            p.wait()
-        for proxy in proxies:
-            if proxy:
-                proxy.terminate(); proxy.wait()
+        stop_consumers(procs, proxies)
         print(json.dumps(result), flush=True)
 
 

@@ -32,17 +32,16 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_kinesis::primitives::Blob;
-use aws_sdk_kinesis::types::PutRecordsRequestEntry;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
+use common::skew::{holders, put_explicit, ratio};
 use common::{config_with_timing, metric_or_zero, spawn};
 use leasehold_testkit::process::{Delivery, WorkerProcess, poll_until, wait_for};
 use leasehold_testkit::server::LocalServer;
-use leasehold_worker::lease::{DynamoLeaseStore, Lease, LeaseSettings, LeaseStore};
+use leasehold_worker::lease::{DynamoLeaseStore, LeaseSettings, LeaseStore};
 
 /// What each record costs its worker's CPU: a worker processes at most 1 / COST records/s.
 const COST: Duration = Duration::from_millis(5);
@@ -159,57 +158,6 @@ impl SkewedProducer {
     }
 }
 
-/// Puts `records` (key, data, explicit hash key), retrying failed entries until every one is stored.
-async fn put_explicit(client: &aws_sdk_kinesis::Client, stream: &str, records: &[(String, Vec<u8>, u128)]) {
-    let mut pending: Vec<&(String, Vec<u8>, u128)> = records.iter().collect();
-    for _ in 0..50 {
-        let entries = pending
-            .iter()
-            .map(|(key, data, hash)| {
-                PutRecordsRequestEntry::builder()
-                    .partition_key(key)
-                    .explicit_hash_key(hash.to_string())
-                    .data(Blob::new(data.clone()))
-                    .build()
-                    .expect("entry")
-            })
-            .collect::<Vec<_>>();
-        match client.put_records().stream_name(stream).set_records(Some(entries)).send().await {
-            Ok(out) => {
-                let failed: Vec<_> =
-                    out.records.iter().zip(&pending).filter(|(r, _)| r.error_code.is_some()).map(|(_, p)| *p).collect();
-                if failed.is_empty() {
-                    return;
-                }
-                pending = failed;
-            }
-            Err(e) => eprintln!("put_records retry: {e}"),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("put_records to {stream} kept failing");
-}
-
-/// Each worker's shards.
-fn holders(leases: &[Lease]) -> BTreeMap<String, Vec<String>> {
-    let mut out: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for lease in leases {
-        if let Some(owner) = &lease.owner {
-            out.entry(owner.clone()).or_default().push(lease.key.shard_id().to_string());
-        }
-    }
-    out
-}
-
-/// Busiest worker's load over the best achievable: max(mean, hottest shard), by `weight` per shard.
-fn ratio(holders: &BTreeMap<String, Vec<String>>, weight: impl Fn(&str) -> f64) -> f64 {
-    let loads: Vec<f64> = holders.values().map(|shards| shards.iter().map(|s| weight(s)).sum()).collect();
-    let all: Vec<f64> = holders.values().flatten().map(|s| weight(s)).collect();
-    let mean = all.iter().sum::<f64>() / WORKERS as f64;
-    let best = mean.max(all.iter().copied().fold(0.0, f64::max));
-    if best <= 0.0 { f64::INFINITY } else { loads.iter().copied().fold(0.0, f64::max) / best }
-}
-
 /// What one run saw.
 struct Figures {
     shape: &'static str,
@@ -309,9 +257,9 @@ async fn run(shape: &Shape, balance: &'static str, watch: Duration) -> Figures {
         }
         let measured: HashMap<String, f64> =
             leases.iter().map(|l| (l.key.shard_id().to_string(), l.load.map_or(0.0, |l| l.weight() as f64))).collect();
-        let now = ratio(&held, nominal);
+        let now = ratio(WORKERS, &held, nominal);
         worst_ratio = worst_ratio.max(now);
-        measured_ratio = ratio(&held, |s| measured.get(s).copied().unwrap_or(0.0));
+        measured_ratio = ratio(WORKERS, &held, |s| measured.get(s).copied().unwrap_or(0.0));
         if let Some(before) = &last
             && before != &held
         {
@@ -350,7 +298,7 @@ async fn run(shape: &Shape, balance: &'static str, watch: Duration) -> Figures {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let final_holders = last.unwrap_or_default();
-    let final_ratio = ratio(&final_holders, nominal);
+    let final_ratio = ratio(WORKERS, &final_holders, nominal);
     let mut moves = -formed;
     for worker in &workers {
         moves += metric_or_zero(worker, "leasehold_lease_handoffs_total").await;

@@ -5,6 +5,7 @@
 
 pub mod fanout;
 pub mod moto;
+pub mod skew;
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap, HashSet};

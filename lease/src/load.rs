@@ -163,7 +163,7 @@ impl LoadMeter {
     /// unknown. An interval without records lowers the figure only when the holder is caught up (an
     /// idle shard); a holder that is behind and delivered nothing (its processor stalled) keeps it.
     fn fold_demand(&self, rates: &mut Rates, elapsed: Duration, caught_up: bool) {
-        let last = self.last_arrival_ms.load(Ordering::Relaxed);
+        let last = Some(self.last_arrival_ms.load(Ordering::Relaxed)).filter(|&ms| ms != i64::MIN);
         let records = self.records.load(Ordering::Relaxed);
         if records == 0 {
             if caught_up {
@@ -176,7 +176,7 @@ impl LoadMeter {
         let span = match (rates.covered_to_ms, last) {
             // An arrival before what is covered (never within one shard; a clock stepped back)
             // leaves the span unknown.
-            (Some(from), to) if to != i64::MIN && to >= from => {
+            (Some(from), Some(to)) if to >= from => {
                 let span = Duration::from_millis(u64::try_from(to - from).unwrap_or(0));
                 if span < MIN_ARRIVAL_SPAN {
                     // Too close together to be a rate: counted with the next measure's.
@@ -184,7 +184,7 @@ impl LoadMeter {
                 }
                 span
             }
-            (None, to) if to != i64::MIN && !caught_up => {
+            (None, Some(to)) if !caught_up => {
                 // The first records with arrivals since the lease was taken (or the shard idle), read
                 // from behind: how long they took to arrive is unknown and the wall clock would give
                 // the reading pace (a backlog worked off). They only mark where the figure starts.
@@ -199,7 +199,7 @@ impl LoadMeter {
         let bytes = self.bytes.swap(0, Ordering::Relaxed);
         rates.records.fold(records as f64, span);
         rates.bytes.fold(bytes as f64, span);
-        rates.covered_to_ms = (last != i64::MIN).then_some(last);
+        rates.covered_to_ms = last;
     }
 
     /// Counts records delivered to the processor, their data's bytes and the latest arrival (epoch ms)

@@ -97,7 +97,12 @@ def fresh_kinesalite():
     more CPU as that grows: on a kinesalite of 1.8 GB (a day of tests and benches) a backlog cost 5.6
     CPU-s per 100,000 records against 3.1-3.4 on a fresh one. Sharing one across a round made every
     later run pay for the records the earlier ones left (the Java KCL runs first in a round, the
-    batched worker last). KCL_BENCH_SHARED_KINESALITE=1 keeps the shared one."""
+    batched worker last). KCL_BENCH_SHARED_KINESALITE=1 keeps the shared one.
+
+    It parses sequence numbers with BigInt (kinesalite-bigint.js, checked against kinesalite's own
+    parser at start): bignumber.js took half of its GetRecords CPU, and its one thread capped every
+    consumer at ~30,000 records/s on a slow machine, under twice the Java KCL's rate.
+    KCL_BENCH_STOCK_KINESALITE=1 runs kinesalite as published."""
     if os.environ.get("KCL_BENCH_SHARED_KINESALITE") == "1":
         yield
         return
@@ -105,10 +110,13 @@ def fresh_kinesalite():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     module = os.path.join(CACHE, "npm-emulators", "node_modules", "kinesalite")
+    parser = [] if stock_kinesalite() else ["--bigintSequences"]
+    # A file, not a pipe: nobody reads a pipe while the run goes on, and a full one would stall kinesalite.
+    errors = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         ["node", os.path.join(HERE, "kinesalite-loopback.js"), module, "--port", str(port), "--shardLimit", "100000",
-         "--createStreamMs", "50", "--deleteStreamMs", "50", "--updateStreamMs", "50"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+         "--createStreamMs", "50", "--deleteStreamMs", "50", "--updateStreamMs", "50", *parser],
+        stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -117,7 +125,9 @@ def fresh_kinesalite():
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"a kinesalite of its own did not start on port {port}")
+                    errors.seek(0)
+                    why = errors.read().decode(errors="replace")[-2000:]
+                    raise RuntimeError(f"a kinesalite of its own did not start on port {port}: {why}")
                 time.sleep(0.1)
         OWN_KINESALITE.update(endpoint=f"http://127.0.0.1:{port}", pid=proc.pid)
         yield
@@ -128,6 +138,11 @@ def fresh_kinesalite():
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill(); proc.wait()
+
+
+def stock_kinesalite():
+    """Whether the throughput runs' kinesalite parses sequence numbers with its own bignumber.js."""
+    return os.environ.get("KCL_BENCH_STOCK_KINESALITE") == "1" or os.environ.get("KCL_BENCH_SHARED_KINESALITE") == "1"
 
 
 def kinesalite_cpu():
@@ -325,6 +340,7 @@ def run(consumer, records, shards, timeout):
         "emulator_cpu_s_backlog": round(emulator_at_done - emulator_at_first_child, 2) if first_child else None,
         "emulator_busy": round((emulator_at_done - emulator_at_first_child) / span, 2) if span else None,
         "load_average_1m": round(os.getloadavg()[0], 1),
+        "kinesalite_sequences": "bignumber.js" if stock_kinesalite() else "BigInt",
         "processes_seen": len(cpu),
         "peak_rss_mib_tree": round(peak / 2**20, 1), "peak_rss_mib_consumer": round(own_peak / 2**20, 1),
         "log": log.name,
@@ -358,7 +374,7 @@ def emulator_ceiling(records, shards):
             iterator = page.get("NextShardIterator") if page["Records"] else None
     cpu = kinesalite_cpu() - before
     kinesis.delete_stream(StreamName=name)
-    result = {"emulator": "kinesalite", "records": read, "emulator_get_records_cpu_s": round(cpu, 2),
+    result = {"emulator": "kinesalite" if stock_kinesalite() else "kinesalite, BigInt sequences", "records": read, "emulator_get_records_cpu_s": round(cpu, 2),
               "ceiling_records_per_s": round(read / cpu, 1) if cpu else None}
     print(json.dumps(result), flush=True)
     return result

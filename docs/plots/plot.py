@@ -114,7 +114,9 @@ def throughput(b):
     width = 0.27
     for i, (name, rounds) in enumerate(t["kcl_rounds"].items()):
         bx.bar([r + (i - 1) * width for r in range(len(rounds))], rounds, width, label=name, color=colors[i])
-    bx.set_xticks(range(3), ["round 1", "round 2", "round 3"])
+    labels = t.get("round_labels") or [f"round {r + 1}" for r in range(len(rounds))]
+    bx.set_xticks(range(len(labels)), labels)
+    bx.set_ylim(0, 1.35 * max(max(r) for r in t["kcl_rounds"].values()))  # room for the legend
     bx.set_ylabel("records/s (amazon_kclpy sample, 100k records)")
     bx.set_title("vs the Java KCL MultiLangDaemon")
     bx.legend(fontsize=8)

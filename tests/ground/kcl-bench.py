@@ -40,7 +40,7 @@ kill -9 one at a random moment up to 20 s later, and time until the survivor has
 trial. Otherwise (throughput):
 
 Starts a kinesalite of its own for each run (a long-lived one slows down with every record it ever
-kept: fresh_kinesalite), creates a fresh stream (and lease table name), writes the records first, then starts the
+kept; and it parses sequence numbers with BigInt: fresh_kinesalite), creates a fresh stream (and lease table name), writes the records first, then starts the
 consumer and waits until the sample has logged every record (counted in the per-child stderr files that
 kcl-sample.sh writes). Both consumers start a child as soon as they hold a shard's lease, so the main
 figure is records/s from the first child's start to the last record: fetching and processing the backlog,

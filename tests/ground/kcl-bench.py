@@ -112,11 +112,11 @@ def fresh_kinesalite():
     module = os.path.join(CACHE, "npm-emulators", "node_modules", "kinesalite")
     parser = [] if stock_kinesalite() else ["--bigintSequences"]
     # A file, not a pipe: nobody reads a pipe while the run goes on, and a full one would stall kinesalite.
-    errors = tempfile.TemporaryFile()
+    stderr_file = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         ["node", os.path.join(HERE, "kinesalite-loopback.js"), module, "--port", str(port), "--shardLimit", "100000",
          "--createStreamMs", "50", "--deleteStreamMs", "50", "--updateStreamMs", "50", *parser],
-        stdout=subprocess.DEVNULL, stderr=errors, start_new_session=True)
+        stdout=subprocess.DEVNULL, stderr=stderr_file, start_new_session=True)
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -125,8 +125,8 @@ def fresh_kinesalite():
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    errors.seek(0)
-                    why = errors.read().decode(errors="replace")[-2000:]
+                    stderr_file.seek(0)
+                    why = stderr_file.read().decode(errors="replace")[-2000:]
                     raise RuntimeError(f"a kinesalite of its own did not start on port {port}: {why}")
                 time.sleep(0.1)
         OWN_KINESALITE.update(endpoint=f"http://127.0.0.1:{port}", pid=proc.pid)

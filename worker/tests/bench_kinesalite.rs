@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use aws_sdk_kinesis::Client;
 use aws_sdk_kinesis::types::ShardIteratorType;
-use leasehold_testkit::kinesis::{numbered, put_records, split};
+use leasehold_testkit::kinesis::{numbered, put_records, split, trim_horizon};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -65,15 +65,7 @@ async fn answers(client: &Client) -> Vec<String> {
     let shards =
         client.list_shards().stream_name(&stream).send().await.expect("list shards").shards.unwrap_or_default();
     for shard in &shards {
-        let iterator = client
-            .get_shard_iterator()
-            .stream_name(&stream)
-            .shard_id(&shard.shard_id)
-            .shard_iterator_type(ShardIteratorType::TrimHorizon)
-            .send()
-            .await
-            .expect("a TRIM_HORIZON iterator")
-            .shard_iterator;
+        let iterator = trim_horizon(client, &stream, &shard.shard_id).await;
         let (records, ended) = read_to_end(client, iterator).await;
         out.push(format!("{}: {} records, ended {ended}", shard.shard_id, records.len()));
         out.extend(records.iter().map(|(key, data, _)| format!("{key} {data}")));

@@ -14,33 +14,42 @@ pub fn numbered(key: &str, n: u64) -> (String, Vec<u8>) {
 /// Writes `records` (partition key, data) in order, 500 per PutRecords call, retrying failed entries
 /// so that every record is stored, and in order per key.
 pub async fn put_records(client: &Client, stream: &str, records: &[(String, Vec<u8>)]) {
-    for chunk in records.chunks(500) {
-        // Records of one key must land in order, so a partial failure resends from the first failed
-        // entry onwards.
-        let mut pending: Vec<&(String, Vec<u8>)> = chunk.iter().collect();
-        for attempt in 0..20 {
-            let entries = pending
-                .iter()
-                .map(|(key, data)| {
-                    PutRecordsRequestEntry::builder()
-                        .partition_key(key)
-                        .data(Blob::new(data.clone()))
-                        .build()
-                        .expect("entry")
-                })
-                .collect::<Vec<_>>();
-            let out = client.put_records().stream_name(stream).set_records(Some(entries)).send().await;
-            match out {
-                Ok(out) => {
-                    let first_failed = out.records.iter().position(|r| r.error_code.is_some());
-                    match first_failed {
-                        None => break,
-                        Some(i) => pending = pending.split_off(i),
-                    }
-                }
-                Err(e) if attempt < 19 => eprintln!("put_records retry: {e}"),
+    put_entries(client, stream, records.iter().map(|(key, data)| entry(key, data).build().expect("entry")).collect())
+        .await;
+}
+
+/// Writes `records` (partition key, data, explicit hash key) as [`put_records`] does, each to the shard
+/// whose hash key range holds its explicit hash key: records placed on chosen shards.
+pub async fn put_explicit(client: &Client, stream: &str, records: &[(String, Vec<u8>, u128)]) {
+    let entries = records
+        .iter()
+        .map(|(key, data, hash)| entry(key, data).explicit_hash_key(hash.to_string()).build().expect("entry"))
+        .collect();
+    put_entries(client, stream, entries).await;
+}
+
+fn entry(key: &str, data: &[u8]) -> aws_sdk_kinesis::types::builders::PutRecordsRequestEntryBuilder {
+    PutRecordsRequestEntry::builder().partition_key(key).data(Blob::new(data.to_vec()))
+}
+
+/// The write loop of [`put_records`] and [`put_explicit`]: 500 entries per call, and after a partial
+/// failure the rest resent from the first failed entry (records of one key must land in order); panics
+/// when a chunk is still not stored after 20 attempts.
+async fn put_entries(client: &Client, stream: &str, entries: Vec<PutRecordsRequestEntry>) {
+    for chunk in entries.chunks(500) {
+        let mut pending = chunk.to_vec();
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match client.put_records().stream_name(stream).set_records(Some(pending.clone())).send().await {
+                Ok(out) => match out.records.iter().position(|r| r.error_code.is_some()) {
+                    None => break,
+                    Some(i) => pending = pending.split_off(i),
+                },
+                Err(e) if attempt < 20 => eprintln!("put_records retry: {e}"),
                 Err(e) => panic!("put_records to {stream}: {e:?}"),
             }
+            assert!(attempt < 20, "put_records to {stream}: {} entries still failing after 20 attempts", pending.len());
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }

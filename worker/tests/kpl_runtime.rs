@@ -26,7 +26,7 @@ use common::fanout::fan_out_server;
 use common::*;
 use leasehold_testkit::fanout::FanOutServer;
 use leasehold_testkit::kpl::{LibraryAggregate, library_aggregates};
-use leasehold_testkit::process::{WorkerProcess, wait_for};
+use leasehold_testkit::process::{WorkerProcess, poll_until, wait_for};
 use leasehold_testkit::server::LocalServer;
 use leasehold_worker::internals::kpl::partition_key_hash;
 use leasehold_worker::lease::{Checkpoint, DynamoLeaseStore, LeaseKey, LeaseSettings, ShardLeases};
@@ -555,17 +555,26 @@ async fn the_amazon_kclpy_sample_checkpoints_at_a_sub_sequence() {
     let quoted: Vec<String> = command.iter().map(|c| format!("'{c}'")).collect();
     let processor = format!("processor: {{multilang: {{command: [{}], timeout: 30s}}}}\n", quoted.join(", "));
     let mut w = worker(&stream, &table, &processor, "", "kplkclpy-1");
-    // The sample logs each record to the shared stderr without a newline, so the worker's next log
-    // line continues the sample's: wait for the text of the checkpoint line, and read the JSON of each
-    // line from its first `{` once the worker has exited.
-    // The records may reach the sample in several messages: stop the worker only once it checkpointed
-    // and logged them all (a SIGTERM between messages leaves the rest to the next owner).
-    wait_for("the sample checkpointed and logged every user record", Duration::from_secs(80), async || {
-        let text = w.stderr_text();
-        text.contains("multilang child checkpoint acknowledged")
-            && text.matches("Record (Partition Key:").count() >= given.len()
+    // The sample logs each record to the shared stderr without a newline, so its text shows only once
+    // a line of the worker's follows it (or the worker exits): read the JSON of each line from its
+    // first `{` once the worker has exited. The records may reach the sample in several messages:
+    // stop the worker only once the sample checkpointed and the worker's own checkpoint shows every
+    // user record answered (a SIGTERM between messages leaves the rest to the next owner).
+    let store = DynamoLeaseStore::new(leasehold_testkit::dynamodb_client().await, &table, LeaseSettings::new("viewer"));
+    let whole = Checkpoint::Sequence(sequence.clone());
+    let last =
+        Checkpoint::SubSequence { sequence: sequence.clone(), sub_sequence: (given.len() - 1).try_into().unwrap() };
+    let answered_all = poll_until(Duration::from_secs(80), async || {
+        let checkpoint = store.get(&LeaseKey::new(&stream, SHARD0)).await.ok().flatten().map(|row| row.checkpoint);
+        w.stderr_text().contains("multilang child checkpoint acknowledged")
+            && checkpoint.is_some_and(|c| c == whole || c == last)
     })
     .await;
+    assert!(
+        answered_all.is_some(),
+        "timed out waiting for the sample to checkpoint and answer for every user record:\n{}",
+        w.stderr_text()
+    );
     w.signal("TERM");
     let status = w.wait_exit(Duration::from_secs(30)).expect("exits");
     let logs = w.stderr_text();

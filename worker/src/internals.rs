@@ -22,6 +22,12 @@ pub mod lease {
     pub use crate::lease::row::{AttrValue, Attributes, MEMBER_PREFIX, TERM_PREFIX, changes_key, term_key};
 }
 
+/// The fair shares every worker computes alike (the CLI's `drain` deals a worker's leases as the
+/// workers themselves would).
+pub mod balance {
+    pub use crate::coordinator::balance::{active, targets};
+}
+
 /// The http processor's answer reader: a pure function of the body's bytes (fuzz targets call it).
 pub mod http {
     pub use crate::processor::http::{Answer, AnswerError, AnswerOutput, Failed, MAX_ANSWER_BYTES, parse_answer};

@@ -38,6 +38,13 @@ impl Coordinator {
     /// Acquires `lease` and starts reading it; true when it was taken over from a worker that stopped
     /// renewing it (with `segmented`, the group changed: the caller tells the others).
     pub(super) async fn take(&mut self, lease: Lease) -> bool {
+        if self.running.contains_key(&lease.key) {
+            // The reader of an earlier holding, its lease lost, is still finishing its records (a slow
+            // processor, a stalled machine): a second reader of the shard in this process would process
+            // them again, and the first one's end would be taken for the second's. Taken once it ended.
+            tracing::debug!(shard = %lease.key, "the previous reader of this shard is still finishing; not taken yet");
+            return false;
+        }
         if !self.same_incarnation(&lease).await {
             return false;
         }

@@ -16,7 +16,7 @@
 //!   `source.rs`: where shards are listed and read.
 
 mod act;
-mod balance;
+pub(crate) mod balance;
 mod load_balance;
 mod membership;
 mod mode;

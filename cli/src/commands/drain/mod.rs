@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
+use leasehold_worker::internals::balance;
 use leasehold_worker::lease::{GroupRows, Lease, ShardLeases};
 use serde::Serialize;
 
@@ -82,8 +83,12 @@ pub struct Cancelled {
     pub was_draining: bool,
 }
 
+/// The unfinished leases `worker` holds, in key order (the order the workers deal them in).
 fn held_by<'a>(snapshot: &'a Snapshot, worker: &str) -> Vec<&'a Lease> {
-    snapshot.leases.iter().filter(|l| l.is_held_by(worker) && !l.checkpoint.is_shard_end()).collect()
+    let mut held: Vec<&Lease> =
+        snapshot.leases.iter().filter(|l| l.is_held_by(worker) && !l.checkpoint.is_shard_end()).collect();
+    held.sort_by(|a, b| a.key.cmp(&b.key));
+    held
 }
 
 /// Withdraws a request this command wrote on behalf of `asker`, if the row is still as it left it
@@ -131,16 +136,20 @@ async fn cancel(target: &Target, worker: &str, format: Format) -> Result<()> {
     Ok(())
 }
 
-/// Writes handoff requests for `held` on behalf of the least loaded of `others` (the drained worker
-/// honours them at its next scan, before the others' own scans ask); lease -> asker, as written.
+/// Writes handoff requests for `held` on behalf of `others`, dealt as the workers deal them (leases
+/// in key order, to workers in id order, each up to its fair share), so the request a worker writes for
+/// itself at its next scan names the same lease the command named for it; lease -> asker, as written.
 async fn request_handoffs(
     target: &Target,
     snapshot: &Snapshot,
     held: &[Lease],
     others: &[&str],
 ) -> Result<Vec<(Lease, String)>> {
+    let active = balance::active(&snapshot.leases);
     let mut load: BTreeMap<&str, usize> =
-        others.iter().map(|w| (*w, snapshot.leases.iter().filter(|l| l.is_held_by(w)).count())).collect();
+        others.iter().map(|w| (*w, active.iter().filter(|l| l.is_held_by(w)).count())).collect();
+    let names: Vec<String> = load.keys().map(|w| w.to_string()).collect();
+    let shares = balance::targets(active.len(), &names);
     let mut written: Vec<(Lease, String)> = Vec::new();
     for lease in held {
         // A lease a live worker asked for already counts toward that worker, or the next lease would
@@ -149,7 +158,7 @@ async fn request_handoffs(
             count_toward(&mut load, asker);
             continue;
         }
-        let Some((&to, _)) = load.iter().min_by_key(|(w, n)| (**n, **w)) else { break };
+        let Some(to) = next_taker(&load, &shares) else { break };
         match target.store(to).request_handoff(lease).await {
             Ok(row) => {
                 written.push((row, to.to_string()));
@@ -168,6 +177,13 @@ async fn request_handoffs(
         }
     }
     Ok(written)
+}
+
+/// Who gets the next lease: the first worker in id order short of its share, as the workers' own
+/// dealing gives it; the least loaded when the snapshot shows none short.
+fn next_taker<'a>(load: &BTreeMap<&'a str, usize>, shares: &BTreeMap<String, usize>) -> Option<&'a str> {
+    let short = load.iter().find(|(w, n)| **n < shares.get(**w).copied().unwrap_or(0));
+    short.or_else(|| load.iter().min_by_key(|(w, n)| (**n, **w))).map(|(w, _)| *w)
 }
 
 /// The live worker (one of `others`) that asked for `lease`, if any.
@@ -341,4 +357,36 @@ async fn give_up(
         humantime::format_duration(args.timeout),
         keys.join(", "),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn deal(load: &[(&'static str, usize)], total: usize, leases: usize) -> Vec<&'static str> {
+        let mut load: BTreeMap<&str, usize> = load.iter().copied().collect();
+        let names: Vec<String> = load.keys().map(|w| w.to_string()).collect();
+        let shares = balance::targets(total, &names);
+        (0..leases)
+            .map(|_| {
+                let to = next_taker(&load, &shares).expect("a taker");
+                count_toward(&mut load, to);
+                to
+            })
+            .collect()
+    }
+
+    #[test]
+    fn leases_go_to_workers_in_id_order_each_up_to_its_share() {
+        // 7 shards over a and c: shares 4 and 3, as the workers compute them. The least loaded first
+        // would give a, c, a; the workers deal a, a, c.
+        assert_eq!(deal(&[("c", 2), ("a", 2)], 7, 3), ["a", "a", "c"]);
+        assert_eq!(deal(&[("a", 2), ("c", 2)], 6, 2), ["a", "c"]);
+        assert_eq!(deal(&[("a", 3), ("c", 1)], 6, 2), ["c", "c"]);
+    }
+
+    #[test]
+    fn with_every_worker_at_its_share_the_least_loaded_takes_it() {
+        assert_eq!(deal(&[("a", 3), ("c", 3)], 6, 2), ["a", "c"]);
+    }
 }

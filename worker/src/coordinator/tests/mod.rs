@@ -93,6 +93,11 @@ impl Group {
         self.workers[owner].store.cut.store(true, Ordering::SeqCst);
     }
 
+    /// Lets `owner` reach the table again.
+    fn heal(&self, owner: &str) {
+        self.workers[owner].store.cut.store(false, Ordering::SeqCst);
+    }
+
     /// Shards read now per worker: a row handed to a worker counts once it reads the shard.
     fn holders(&self) -> BTreeMap<String, usize> {
         self.shards.reading_now()
@@ -321,4 +326,47 @@ async fn full_scans_get_back_rows_handed_to_a_worker_that_stopped_before_reading
 #[tokio::test(start_paused = true)]
 async fn segmented_scans_get_back_rows_handed_to_a_worker_that_stopped_before_reading_them() {
     a_worker_stopped_right_after_a_handoff_frees_the_rows_it_was_handed(SEGMENTED).await;
+}
+
+async fn a_lost_shards_reader_still_finishing_is_not_doubled_when_the_row_comes_back(mode: Mode) {
+    // w1's readers go on 10 s after their leases are lost: w1 is cut off, w2 takes everything over and
+    // stops (the rows are free), w1 comes back while its old readers still finish. A second reader of a
+    // shard in w1 would process what the first still processes, and the first one's end would be
+    // taken for the second's (it was: the chaos suite's seed 7774758893317915278).
+    let mut shards = StandInShards::open(2);
+    shards.linger_after_loss = Duration::from_secs(10);
+    let mut group = Group::new(shards);
+    group.start("w1", settings(mode.clone()));
+    group.until_held(&[("w1", 2)], Duration::from_secs(10)).await;
+    group.start("w2", settings(mode.clone()));
+    group.until_held(&[("w1", 1), ("w2", 1)], Duration::from_secs(20)).await;
+    group.cut("w1");
+    let onlooker = group.onlooker();
+    let started = Instant::now();
+    while onlooker.list().await.expect("read").leases.iter().filter(|l| l.is_held_by("w2")).count() < 2 {
+        assert!(started.elapsed() < Duration::from_secs(20), "w2 did not take w1's shard over");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    group.stop("w2").await;
+    group.heal("w1");
+    // Its old reader ends 10 s after the loss; then w1 reads both shards, each once.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    group.until_held(&[("w1", 2)], Duration::ZERO).await;
+    let readings = group.shards.readings();
+    assert_eq!(
+        readings.iter().filter(|r| r.owner == "w1").count(),
+        2 + 2,
+        "w1 read each shard once more: {readings:#?}"
+    );
+    group.stop_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn full_scans_never_run_two_readers_of_a_shard_in_one_worker() {
+    a_lost_shards_reader_still_finishing_is_not_doubled_when_the_row_comes_back(Mode::Full).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn segmented_scans_never_run_two_readers_of_a_shard_in_one_worker() {
+    a_lost_shards_reader_still_finishing_is_not_doubled_when_the_row_comes_back(SEGMENTED).await;
 }

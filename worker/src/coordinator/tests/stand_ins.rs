@@ -179,6 +179,9 @@ pub(super) struct Reading {
 pub(super) struct StandInShards {
     pub(super) shards: Vec<(String, Vec<String>)>,
     pub(super) ending: HashSet<String>,
+    /// How long a reader goes on after its lease is lost before it returns (a processor finishing the
+    /// records in flight).
+    pub(super) linger_after_loss: Duration,
     readings: Mutex<Vec<Reading>>,
     stops: AtomicU64,
 }
@@ -288,7 +291,10 @@ impl ShardSource for StandInShards {
                     let sequence = 1_000 + self.stops.fetch_add(1, Ordering::SeqCst);
                     ShardExit::Stopped { last: Checkpoint::Sequence(sequence.to_string()) }
                 }
-                _ = context.held.lost().cancelled() => ShardExit::Lost,
+                _ = context.held.lost().cancelled() => {
+                    tokio::time::sleep(self.linger_after_loss).await;
+                    ShardExit::Lost
+                }
             }
         };
         let mut readings = self.readings.lock().expect("readings");

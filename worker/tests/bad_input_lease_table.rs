@@ -107,13 +107,34 @@ async fn a_deleted_lease_table_stops_processing_is_reported_and_recreating_it_re
     for d in &deliveries {
         *counts.entry(d.data.as_str()).or_default() += 1;
     }
+    // On a failure, the workers' lease lines say who read what when.
+    let lease_lines = || -> String {
+        let lines = workers.iter().flat_map(|w| {
+            w.stderr_text()
+                .lines()
+                .filter(|l| l.contains("lease"))
+                .map(|l| format!("{}: {l}", w.owner))
+                .collect::<Vec<_>>()
+        });
+        lines.collect::<Vec<_>>().join("\n")
+    };
     for (_, data) in &before {
         let data = String::from_utf8_lossy(data);
-        assert_eq!(counts.get(data.as_ref()), Some(&2), "{data}: read again once after the fresh start");
+        assert_eq!(
+            counts.get(data.as_ref()),
+            Some(&2),
+            "{data}: read again once after the fresh start\n{}",
+            lease_lines()
+        );
     }
     for (_, data) in during.iter().chain(&after) {
         let data = String::from_utf8_lossy(data);
-        assert_eq!(counts.get(data.as_ref()), Some(&1), "{data}: written after the deletion, processed once");
+        assert_eq!(
+            counts.get(data.as_ref()),
+            Some(&1),
+            "{data}: written after the deletion, processed once\n{}",
+            lease_lines()
+        );
     }
     // A worker that got no shard back may still be in its backoff (at most 10 s): it clears the gauge
     // at its next scan.
